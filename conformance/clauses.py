@@ -1,0 +1,112 @@
+"""The clauses: each a named promise a KV store makes, and the test that checks it.
+
+Clauses are data. Tests are tagged with ``@clause("id")``; reports, the README, the
+certification golden list and the known-bad-store expectations all name clauses by these ids,
+and ``tests/test_clauses.py`` checks that every id here has a test and every test an id.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
+
+import pytest
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Clause:
+    id: str
+    tier: str
+    promise: str
+    requires: frozenset[str] = frozenset()  # capabilities the store must claim
+    lossless: bool = False  # Disabled for stores that declare themselves lossy
+
+    def __str__(self) -> str:
+        return self.id
+
+
+_STORE = "store"
+CLAUSES: dict[str, Clause] = {c.id: c for c in (
+    Clause("byte_exact_roundtrip", _STORE,
+           "get returns, byte for byte, the logical content that put was given (NaN payloads, "
+           "-0, subnormals included)", lossless=True),
+    Clause("dtype_preserved", _STORE,
+           "get returns the spec's storage dtype and element format: no hidden cast through "
+           "fp16/fp32, fp8 stays its own format"),
+    Clause("shape_preserved", _STORE, "get returns the spec's logical layer shape"),
+    Clause("stride_contract", _STORE,
+           "a non-contiguous put (HND view, slice of a pool, padded rows, storage offset, one "
+           "layer of a cross-layer buffer) stores its logical content, and what comes back "
+           "reads that content through its own strides", lossless=True),
+    Clause("metadata_roundtrip", _STORE,
+           "get returns the spec the entry was stored under (format tag, layout, geometry)"),
+    Clause("scales_roundtrip", _STORE,
+           "get returns the k_scale/v_scale the entry was stored with",
+           requires=frozenset({"scales"})),
+    Clause("format_isolation", _STORE,
+           "two specs that differ only in format (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16, ...) "
+           "never serve each other's bytes under the same key"),
+    Clause("mismatch_rejection", _STORE,
+           "an entry whose tensor contradicts its spec (dtype, shape) is refused with an error, "
+           "never silently cast or stored"),
+    Clause("corruption_detected", _STORE,
+           "truncated or corrupted bytes at rest give a clear error (or a miss), never garbage",
+           requires=frozenset({"at_rest"})),
+    Clause("state_machine", _STORE,
+           "any sequence of put/get/contains/overwrite (and delete, when claimed) agrees with a "
+           "dict model"),
+)}
+assert CLAUSES, "no clauses defined"  # sanity check
+
+CLAUSE_MARK = "kv_clause"
+
+# Hypothesis examples run per test node id; read by the plugin for results and benchmarks.
+EXAMPLES: Counter[str] = Counter()
+_current_nodeid: list[str] = [""]
+
+
+def clause(clause_id: str) -> Callable[[F], F]:
+    """Tag a test with the clause it checks, and count the examples Hypothesis runs for it.
+
+    Apply it above ``@given``.
+    """
+    if clause_id not in CLAUSES:
+        raise ValueError(f"clause {clause_id!r} is unknown; valid: {', '.join(CLAUSES)}")
+
+    def decorate(test: F) -> F:
+        handle = getattr(test, "hypothesis", None)
+        if handle is not None:
+            inner = handle.inner_test
+
+            @functools.wraps(inner)
+            def counted(*args: Any, **kwargs: Any) -> Any:
+                EXAMPLES[_current_nodeid[0]] += 1
+                return inner(*args, **kwargs)
+
+            handle.inner_test = counted
+        return getattr(pytest.mark, CLAUSE_MARK)(clause_id)(test)
+
+    return decorate
+
+
+def set_current_test(nodeid: str) -> None:
+    _current_nodeid[0] = nodeid
+
+
+def clause_of(item: pytest.Item) -> Clause | None:
+    mark = item.get_closest_marker(CLAUSE_MARK)
+    return CLAUSES[mark.args[0]] if mark else None
+
+
+def disabled_reason(c: Clause, capabilities: frozenset[str], store_name: str) -> str | None:
+    """Why ``c`` does not apply to a store with ``capabilities``, or None when it does."""
+    missing = sorted(c.requires - capabilities)
+    if missing:
+        return f"Disabled: {c.id} needs capability {', '.join(missing)}, which {store_name} does not claim"
+    if c.lossless and "lossy" in capabilities:
+        return f"Disabled: {c.id} is a lossless clause and {store_name} declares itself lossy"
+    return None

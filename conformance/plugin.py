@@ -1,0 +1,283 @@
+"""The kvconform pytest plugin (entry point ``pytest11``).
+
+It loads in every pytest session of an environment where kvconform is installed, so it stays
+inert unless asked: options are only added, Hypothesis profiles are only loaded and the store
+is only resolved when ``--kv-store``/``KVCONFORM_STORE`` or ``--kv-profile`` is given, or when
+a kvconform clause is collected.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+KV_STORE_OPTION = "--kv-store"
+KV_PROFILE_OPTION = "--kv-profile"
+KV_TIMEOUT_OPTION = "--kv-timeout"
+KV_RESULTS_OPTION = "--kv-results"
+_STATE = "_kvconform_state"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvconform", "kvconform: KV-cache connector conformance")
+    group.addoption(KV_STORE_OPTION, default=None, metavar="STORE",
+                    help="store under test: 'module:factory' or a name registered in the "
+                         "'kvconform.stores' entry-point group (default: $KVCONFORM_STORE)")
+    group.addoption(KV_PROFILE_OPTION, default=None, choices=["dev", "ci", "deep", "certify"],
+                    help="Hypothesis profile (default: ci when $CI is set, else dev)")
+    group.addoption(KV_TIMEOUT_OPTION, type=float, default=60.0, metavar="SECONDS",
+                    help="a store call that takes longer is an Error (default: 60)")
+    group.addoption(KV_RESULTS_OPTION, default=None, metavar="PATH",
+                    help="write the results JSON (schema kvconform.results/1) to PATH")
+
+
+class _State:
+    """Per-session plugin state (kept on the config, never in module globals)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.store_spec: str | None = config.getoption(KV_STORE_OPTION) or os.environ.get("KVCONFORM_STORE")
+        explicit_profile = config.getoption(KV_PROFILE_OPTION)
+        self.active = bool(self.store_spec or explicit_profile)
+        self.profile: str = explicit_profile or ("ci" if os.environ.get("CI") else "dev")
+        self.choice: Any = None
+
+
+def _state(config: pytest.Config) -> _State:
+    return getattr(config, _STATE)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from conformance.clauses import CLAUSE_MARK
+
+    config.addinivalue_line("markers", f"{CLAUSE_MARK}(id): the kvconform clause this test checks")
+    state = _State(config)
+    setattr(config, _STATE, state)
+    config.pluginmanager.register(_Recorder(config), "kvconform-recorder")
+    if state.active:
+        _activate(state)
+
+
+def _activate(state: _State) -> None:
+    from hypothesis import settings
+
+    from conformance import loader
+    from conformance.profiles import register_profiles
+
+    register_profiles()
+    settings.load_profile(state.profile)
+    state.active = True
+    if state.store_spec and state.choice is None:
+        try:
+            state.choice = loader.resolve(state.store_spec)
+        except loader.StoreLoadError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from conformance.clauses import CLAUSE_MARK
+
+    state = _state(config)
+    if not any(item.get_closest_marker(CLAUSE_MARK) for item in items):
+        return
+    if not state.store_spec:
+        raise pytest.UsageError(
+            "kvconform: no store chosen: pass --kv-store module:factory (or a registered name "
+            "such as 'memory'), or set KVCONFORM_STORE")
+    _activate(state)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    state = _state(config)
+    if not state.active:
+        return None
+    from conformance import __version__
+    from conformance.profiles import describe
+    from conformance.results import package_versions
+
+    lines = [f"kvconform {__version__}: Hypothesis profile {describe(state.profile)}"]
+    if state.choice is not None:
+        lines.append(f"kvconform store: {state.choice.spec} -> {state.choice.target} "
+                     f"[{state.choice.distribution_version}]")
+    lines.append("kvconform versions: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
+    env = {k: v for k, v in os.environ.items() if k.startswith("KVCONFORM_")}
+    if env:  # printed so that a typo in a variable name is visible
+        lines.append("kvconform env: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    return lines
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def kv_store_factory(request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Any]]:
+    """Builds fresh, guarded stores of the chosen kind, each in its own directory; closes them all."""
+    from conformance import loader
+    from conformance.guard import GuardedStore
+
+    state = _state(request.config)
+    timeout = request.config.getoption(KV_TIMEOUT_OPTION)
+    built: list[GuardedStore] = []
+
+    def make() -> GuardedStore:
+        workdir = tmp_path_factory.mktemp("kvstore")  # per xdist worker: no shared paths
+        try:
+            store = loader.build(state.choice, workdir)
+        except loader.StoreLoadError as exc:
+            pytest.exit(str(exc), returncode=4)
+        guarded = GuardedStore(store, name=state.choice.target, timeout_s=timeout)
+        built.append(guarded)
+        return guarded
+
+    yield make
+    for store in built:
+        store.close()
+
+
+@pytest.fixture(scope="session")
+def kv_store(kv_store_factory: Callable[[], Any]) -> Any:
+    """The store under test, shared by the session's examples (keys are unique per example)."""
+    return kv_store_factory()
+
+
+@pytest.fixture(scope="session")
+def kv_capabilities(kv_store: Any) -> frozenset[str]:
+    return frozenset(kv_store.capabilities)
+
+
+# -- verdicts ---------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def _kvconform_clause_gate(request: pytest.FixtureRequest) -> None:
+    """A clause the store cannot claim is Disabled (a skip with that reason), never a Fail."""
+    from conformance.clauses import clause_of, disabled_reason, set_current_test
+
+    c = clause_of(request.node)
+    if c is None:
+        return
+    set_current_test(request.node.nodeid)
+    caps = request.getfixturevalue("kv_capabilities")
+    request.node.user_properties.append(("kvconform.capabilities", ",".join(sorted(caps))))
+    reason = disabled_reason(c, caps, _state(request.config).choice.target)
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    from conformance.clauses import EXAMPLES, clause_of
+
+    report = yield
+    c = clause_of(item)
+    status = _status_of(report, call) if c is not None else None
+    if status is not None:
+        report.user_properties.append(("kvconform.clause", c.id))
+        report.user_properties.append(("kvconform.status", status.value))
+        report.user_properties.append(("kvconform.examples", EXAMPLES.get(item.nodeid, 0)))
+    return report
+
+
+def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None]) -> Any:
+    """The lattice status decided by this phase's report, or None when the phase decides nothing."""
+    from conformance.guard import HarnessError
+    from conformance.status import DISABLED_PREFIX, NOT_RUNNABLE_PREFIX, Status
+
+    if report.when == "call":
+        if hasattr(report, "wasxfail"):
+            return Status.XFAIL if report.skipped else Status.XPASS
+        if report.passed:
+            return Status.PASS
+        if report.failed:
+            return Status.ERROR if _raised(call.excinfo, HarnessError) else Status.FAIL
+    if report.skipped:
+        reason = _message(report).removeprefix("Skipped: ")
+        if reason.startswith(DISABLED_PREFIX):
+            return Status.DISABLED
+        if reason.startswith(NOT_RUNNABLE_PREFIX):
+            return Status.NOT_RUNNABLE
+        return Status.SKIP
+    if report.failed:  # setup or teardown: the harness, not the clause
+        return Status.ERROR
+    return None
+
+
+def _raised(excinfo: Any, kind: type[BaseException]) -> bool:
+    """Whether ``kind`` is anywhere in the raised exception, its causes, or its group members."""
+    if excinfo is None:
+        return False
+    seen: set[int] = set()
+    todo: list[BaseException] = [excinfo.value]
+    while todo:
+        exc = todo.pop()
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if isinstance(exc, kind):
+            return True
+        todo.extend(e for e in (exc.__cause__, exc.__context__) if e is not None)
+        todo.extend(getattr(exc, "exceptions", ()))
+    return False
+
+
+def _message(report: pytest.TestReport) -> str:
+    if isinstance(report.longrepr, tuple):
+        return report.longrepr[2]
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return crash.message if crash is not None else str(report.longrepr or "")[-2000:]
+
+
+class _Recorder:
+    """Collects verdicts where reports arrive (the controller, under pytest-xdist)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.records: list[Any] = []
+        self.capabilities: set[str] = set()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        if props.get("kvconform.capabilities"):
+            self.capabilities.update(props["kvconform.capabilities"].split(","))
+        if "kvconform.status" not in props:
+            return
+        from conformance.results import TestRecord
+
+        self.records.append(TestRecord(
+            nodeid=report.nodeid, clause=props["kvconform.clause"], status=props["kvconform.status"],
+            duration_s=round(report.duration, 4), examples=int(props.get("kvconform.examples", 0)),
+            message=_message(report) if (report.failed or report.skipped) else ""))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.records:
+            return
+        from collections import Counter
+
+        counts = Counter(r.status for r in self.records)
+        terminalreporter.write_sep("-", "kvconform verdicts")
+        terminalreporter.write_line("kvconform: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        for r in self.records:
+            if r.status in ("Fail", "Error", "XPass"):
+                first = r.message.splitlines()[0] if r.message else ""
+                terminalreporter.write_line(f"  {r.status} {r.clause}: {first}")
+        path = self.config.getoption(KV_RESULTS_OPTION)
+        if path:
+            self._write(Path(path))
+            terminalreporter.write_line(f"kvconform: results written to {path}")
+
+    def _write(self, path: Path) -> None:
+        from hypothesis import settings
+
+        from conformance import results
+
+        state = _state(self.config)
+        current = settings.default
+        choice = state.choice
+        results.write(path, results.build(
+            store={"spec": state.store_spec, "target": choice.target if choice else None,
+                   "version": choice.distribution_version if choice else None,
+                   "capabilities": sorted(self.capabilities)},
+            profile=state.profile,
+            hypothesis_settings={"max_examples": current.max_examples,
+                                 "derandomize": current.derandomize,
+                                 "stateful_step_count": current.stateful_step_count},
+            records=self.records))

@@ -1,0 +1,37 @@
+"""Hypothesis profiles: how hard the suite looks, named for who is looking.
+
+* ``dev``: quick, random, with the example database, for a connector developer's loop.
+* ``ci``: derandomized (the same examples every run), no deadline, failures print a blob.
+* ``deep``: many random examples, for a nightly job or before a release.
+* ``certify``: derandomized and larger than ci; the settings are recorded in the results so a
+  certification run can be reproduced exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+
+_COMMON: dict[str, Any] = {
+    "deadline": None,  # a store's first call may open files or sockets: timing is not a clause
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
+PROFILES: dict[str, dict[str, Any]] = {
+    "dev": {"max_examples": 20, "stateful_step_count": 20},
+    "ci": {"max_examples": 40, "derandomize": True, "print_blob": True, "database": None,
+           "stateful_step_count": 30},
+    "deep": {"max_examples": 600, "stateful_step_count": 60},
+    "certify": {"max_examples": 120, "derandomize": True, "print_blob": True, "database": None,
+                "stateful_step_count": 40},
+}
+
+
+def register_profiles() -> None:
+    for name, values in PROFILES.items():
+        settings.register_profile(name, **_COMMON, **values)
+
+
+def describe(name: str) -> str:
+    values = PROFILES[name]
+    return f"{name} (" + ", ".join(f"{k}={v}" for k, v in values.items()) + ")"

