@@ -1,13 +1,14 @@
 """A watchdog around the store under test: a hung call becomes an *Error*, never a hung CI.
 
-Every call runs on one worker thread and is awaited with a timeout. A call that times out
-leaves its thread stuck, so the store is marked hung and every later call fails at once with
-the name of the call that hung: the run finishes, and the report says where.
+Every call runs on a daemon thread and is awaited with a timeout. A call that times out
+leaves its thread stuck (Python cannot kill it), so the store is marked hung and every later
+call fails at once with the name of the call that hung: the run finishes, the report says
+where, and the stuck daemon thread does not keep the interpreter from exiting.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import threading
 from typing import Any
 
 
@@ -26,7 +27,6 @@ class GuardedStore:
         self._store = store
         self._name = name
         self._timeout_s = timeout_s
-        self._pool = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvconform-store")
         self._hung: str | None = None
         self.capabilities = frozenset(store.capabilities)
 
@@ -45,20 +45,30 @@ class GuardedStore:
         return guarded
 
     def _call(self, attr: str, target: Any, args: tuple, kwargs: dict) -> Any:
+        outcome: list[Any] = []
+        if self._hung is None:
+            worker = threading.Thread(target=_capture, args=(outcome, target, args, kwargs),
+                                      name=f"kvconform-store-{attr}", daemon=True)
+            worker.start()
+            worker.join(self._timeout_s)
+            if not outcome:
+                self._hung = f"{attr}() after {self._timeout_s:g}s (raise --kv-timeout if the store is merely slow)"
         if self._hung is not None:
-            raise StoreTimeout(f"{self._name}.{attr} not attempted: the store hung earlier in "
-                               f"{self._hung} and cannot be trusted")
-        future = self._pool.submit(target, *args, **kwargs)
-        try:
-            return future.result(timeout=self._timeout_s)
-        except cf.TimeoutError:
-            self._hung = f"{attr}()"
-            raise StoreTimeout(f"{self._name}.{attr} did not return within {self._timeout_s:g}s "
-                               "(raise --kv-timeout if the store is merely slow)") from None
+            # One raise site, so Hypothesis sees the same failure on every replay.
+            raise StoreTimeout(f"{self._name}.{attr}: the store hung in {self._hung}; "
+                               "no later call is attempted")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
 
     def close(self) -> None:
-        try:
-            if self._hung is None:
-                self._call("close", self._store.close, (), {})
-        finally:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._hung is None:
+            self._call("close", self._store.close, (), {})
+
+
+def _capture(outcome: list[Any], target: Any, args: tuple, kwargs: dict) -> None:
+    try:
+        outcome.append((True, target(*args, **kwargs)))
+    except BaseException as exc:  # re-raised in the caller's thread
+        outcome.append((False, exc))

@@ -165,7 +165,10 @@ def _kvconform_clause_gate(request: pytest.FixtureRequest) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    from conformance.asserts import ClauseViolation
     from conformance.clauses import EXAMPLES, clause_of
+    from conformance.guard import HarnessError
+    from conformance.status import Status
 
     report = yield
     c = clause_of(item)
@@ -174,6 +177,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.user_properties.append(("kvconform.clause", c.id))
         report.user_properties.append(("kvconform.status", status.value))
         report.user_properties.append(("kvconform.examples", EXAMPLES.get(item.nodeid, 0)))
+        kind = HarnessError if status is Status.ERROR else ClauseViolation
+        violations = _found(call.excinfo, kind) if report.when == "call" else []
+        if violations:
+            # Hypothesis may raise a group of distinct failures: name every clause message.
+            report.user_properties.append(("kvconform.message", "\n".join(dict.fromkeys(map(str, violations)))))
     return report
 
 
@@ -188,7 +196,7 @@ def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None]) -> Any:
         if report.passed:
             return Status.PASS
         if report.failed:
-            return Status.ERROR if _raised(call.excinfo, HarnessError) else Status.FAIL
+            return Status.ERROR if _found(call.excinfo, HarnessError) else Status.FAIL
     if report.skipped:
         reason = _message(report).removeprefix("Skipped: ")
         if reason.startswith(DISABLED_PREFIX):
@@ -201,22 +209,23 @@ def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None]) -> Any:
     return None
 
 
-def _raised(excinfo: Any, kind: type[BaseException]) -> bool:
-    """Whether ``kind`` is anywhere in the raised exception, its causes, or its group members."""
+def _found(excinfo: Any, kind: type[BaseException]) -> list[BaseException]:
+    """Every ``kind`` in the raised exception, its causes, and its group members."""
     if excinfo is None:
-        return False
+        return []
     seen: set[int] = set()
+    found: list[BaseException] = []
     todo: list[BaseException] = [excinfo.value]
     while todo:
-        exc = todo.pop()
+        exc = todo.pop(0)
         if id(exc) in seen:
             continue
         seen.add(id(exc))
         if isinstance(exc, kind):
-            return True
+            found.append(exc)
         todo.extend(e for e in (exc.__cause__, exc.__context__) if e is not None)
         todo.extend(getattr(exc, "exceptions", ()))
-    return False
+    return found
 
 
 def _message(report: pytest.TestReport) -> str:
@@ -245,7 +254,8 @@ class _Recorder:
         self.records.append(TestRecord(
             nodeid=report.nodeid, clause=props["kvconform.clause"], status=props["kvconform.status"],
             duration_s=round(report.duration, 4), examples=int(props.get("kvconform.examples", 0)),
-            message=_message(report) if (report.failed or report.skipped) else ""))
+            message=props.get("kvconform.message")
+            or (_message(report) if (report.failed or report.skipped) else "")))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.records:

@@ -1,0 +1,47 @@
+"""The suite earns its place: it passes the correct stores and fails each known-bad one on
+exactly the clauses that store breaks, with messages that name them."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.clauses import CLAUSES
+from fixtures.zoo import ZOO
+
+
+@pytest.mark.parametrize("profile", ["ci", "deep"])
+@pytest.mark.parametrize("store", ["memory", "file"])
+def test_reference_stores_pass(run_suite, store, profile):
+    run = run_suite(f"--kv-store={store}", f"--kv-profile={profile}")
+    statuses = run.statuses()
+    assert run.returncode == 0, run.output[-3000:]
+    assert set(statuses) == set(CLAUSES)
+    assert {c for c, s in statuses.items() if s != "Pass"} <= {"corruption_detected"}
+    assert all(t["examples"] > 0 for t in run.results["tests"] if t["status"] == "Pass")
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_known_bad_store_fails_exactly_its_clauses(run_suite, name):
+    member = ZOO[name]
+    run = run_suite(f"--kv-store={member.target}", "--kv-profile=ci")
+    assert run.returncode == 1, run.output[-3000:]
+    assert run.failed_clauses() == set(member.fails), f"{name}: {member.bug}"
+    others = {c: s for c, s in run.statuses().items() if c not in member.fails}
+    assert set(others.values()) <= {"Pass", "Disabled"}, others
+    for test in run.results["tests"]:
+        if test["status"] == "Fail":
+            assert f"[{test['clause']}]" in test["message"], test
+
+
+def test_zoo_names_only_known_clauses():
+    for member in ZOO.values():
+        assert member.fails and member.fails <= set(CLAUSES), member
+
+
+def test_hanging_store_is_error_and_the_run_finishes(run_suite):
+    run = run_suite("--kv-store=fixtures.zoo.hanging:make_store", "--kv-profile=ci",
+                    "--kv-timeout=1", timeout=300)
+    assert run.returncode == 1
+    statuses = run.statuses()
+    assert set(statuses.values()) == {"Error", "Disabled"}, statuses
+    assert "hung in get()" in run.output
