@@ -1,0 +1,32 @@
+"""Factories that fail the way a user's store might, for tests of the plugin's messages."""
+
+from conformance.stores.memory import MemoryStore
+
+
+def raising_factory(workdir):
+    raise RuntimeError("server unreachable")
+
+
+class _NoCaps:
+    def put(self, key, entry): ...
+    def get(self, key, spec): ...
+    def contains(self, key, spec): ...
+    def close(self): ...
+
+
+def no_capabilities():
+    return _NoCaps()
+
+
+def unknown_capability():
+    store = MemoryStore()
+    store.capabilities = frozenset({"teleport"})
+    return store
+
+
+class _DeleteLess(_NoCaps):
+    capabilities = frozenset({"delete"})
+
+
+def claims_delete_without_method():
+    return _DeleteLess()
