@@ -1,0 +1,67 @@
+"""The ``kvconform`` command: run the matrix, render its report, list the clauses."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from conformance import __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kvconform", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"kvconform {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a tier of matrix.yaml and render its report")
+    run.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
+    run.add_argument("--tier", default="quick")
+    run.add_argument("--results", type=Path, default=None, help="default: results/TIER")
+    run.add_argument("--report", type=Path, default=Path("reports"))
+    run.add_argument("--rerun", action="store_true", help="rerun cells that already have results")
+
+    report = sub.add_parser("report", help="render RESULTS_DIR into matrix.json and matrix.md")
+    report.add_argument("results_dir", type=Path)
+    report.add_argument("--out", type=Path, default=Path("reports"))
+
+    sub.add_parser("clauses", help="list the clauses and what each promises")
+
+    args = parser.parse_args(argv)
+    return {"run": _run, "report": _report, "clauses": _clauses}[args.command](args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from conformance import matrix, report, runner
+
+    try:
+        cells = matrix.load(args.matrix).cells(args.tier)
+    except matrix.MatrixError as exc:
+        print(f"kvconform: {exc}", file=sys.stderr)
+        return 2
+    results_dir = args.results or Path("results") / args.tier
+    runner.run_cells(cells, results_dir, rerun=args.rerun)
+    rendered = report.render(results_dir, args.report)
+    print(f"kvconform: report written to {args.report}/matrix.md and matrix.json")
+    return 1 if report.is_red(rendered) else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from conformance import report
+
+    rendered = report.render(args.results_dir, args.out)
+    print(f"kvconform: {len(rendered['cells'])} cells rendered to {args.out}")
+    return 0
+
+
+def _clauses(args: argparse.Namespace) -> int:
+    from conformance.clauses import CLAUSES
+
+    for c in CLAUSES.values():
+        needs = f" (needs {', '.join(sorted(c.requires))})" if c.requires else ""
+        print(f"{c.id} [{c.tier}]{needs}: {c.promise}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

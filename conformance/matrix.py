@@ -1,0 +1,128 @@
+"""matrix.yaml: load, validate, and expand into cells.
+
+Validation fails with one line naming the file, the path inside it and what was expected,
+because a matrix typo found after an hour of engine starts is an hour lost.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+SCHEMA = "kvconform.matrix/1"
+PROFILES = ("dev", "ci", "deep", "certify")
+
+
+class MatrixError(ValueError):
+    """matrix.yaml is malformed; the message is one line: file, path, what is expected."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    profile: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the suite: a store on a tier, with the clauses it is expected to fail."""
+
+    store: str
+    target: str
+    tier: Tier
+    expected_failures: Mapping[str, str] = field(default_factory=dict)  # clause -> reason
+
+    @property
+    def id(self) -> str:
+        return f"store({self.store})"
+
+    @property
+    def file_stem(self) -> str:
+        return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in self.store)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    tiers: Mapping[str, Tier]
+    stores: Mapping[str, tuple[str, tuple[str, ...]]]  # name -> (target, tiers)
+    control_tiers: tuple[str, ...]
+
+    def cells(self, tier: str) -> list[Cell]:
+        if tier not in self.tiers:
+            raise MatrixError(f"{self.path}: tier {tier!r} is not defined; valid: {', '.join(self.tiers)}")
+        t = self.tiers[tier]
+        cells = [Cell(name, target, t) for name, (target, tiers) in self.stores.items() if tier in tiers]
+        if tier in self.control_tiers:
+            cells += control_cells(t, self.path.resolve().parent)
+        return cells
+
+
+def control_cells(tier: Tier, checkout: Path) -> list[Cell]:
+    """The known-bad zoo as cells; fixtures/ is not installed, it sits beside matrix.yaml."""
+    if str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    try:
+        from fixtures.zoo import ZOO
+    except ImportError as exc:
+        raise MatrixError(f"{checkout}: controls are enabled but fixtures.zoo cannot be imported ({exc})") from None
+    return [Cell(f"zoo.{name}", m.target, tier, {c: m.bug for c in m.fails}) for name, m in sorted(ZOO.items())]
+
+
+def _expect(cond: bool, path: Path, where: str, what: str) -> None:
+    if not cond:
+        raise MatrixError(f"{path}: {where}: expected {what}")
+
+
+def _keys(obj: Any, path: Path, where: str, allowed: set[str], required: set[str] = frozenset()) -> None:
+    _expect(isinstance(obj, dict), path, where, f"a mapping with keys {sorted(allowed)}")
+    unknown = sorted(set(obj) - allowed)
+    _expect(not unknown, path, f"{where}.{unknown[0] if unknown else ''}", f"one of {sorted(allowed)} (unknown key)")
+    missing = sorted(required - set(obj))
+    _expect(not missing, path, where, f"key {missing[0] if missing else ''!r}")
+
+
+def load(path: Path) -> Matrix:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise MatrixError(f"{path}: cannot read: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "?"
+        raise MatrixError(f"{path}: {where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    _keys(data, path, "(top level)", {"schema", "tiers", "stores", "controls"}, {"schema", "tiers", "stores"})
+    _expect(data["schema"] == SCHEMA, path, "schema", repr(SCHEMA))
+    tiers: dict[str, Tier] = {}
+    _expect(isinstance(data["tiers"], dict) and data["tiers"], path, "tiers", "a non-empty mapping")
+    for name, spec in data["tiers"].items():
+        where = f"tiers.{name}"
+        _keys(spec, path, where, {"profile", "timeout_s"}, {"profile"})
+        _expect(spec["profile"] in PROFILES, path, f"{where}.profile", f"one of {list(PROFILES)}")
+        timeout = spec.get("timeout_s", 900)
+        _expect(isinstance(timeout, (int, float)) and timeout > 0, path, f"{where}.timeout_s", "a positive number")
+        tiers[name] = Tier(name, spec["profile"], float(timeout))
+    stores: dict[str, tuple[str, tuple[str, ...]]] = {}
+    _expect(isinstance(data["stores"], dict), path, "stores", "a mapping of store name to {target, tiers}")
+    for name, spec in data["stores"].items():
+        where = f"stores.{name}"
+        _keys(spec, path, where, {"target", "tiers"}, {"target", "tiers"})
+        _expect(isinstance(spec["target"], str) and spec["target"], path, f"{where}.target",
+                "'module:factory' or a registered store name")
+        stores[name] = (spec["target"], _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"))
+    controls = data.get("controls") or {"tiers": []}
+    _keys(controls, path, "controls", {"tiers"}, {"tiers"})
+    return Matrix(path, tiers, stores, _tier_list(controls["tiers"], tiers, path, "controls.tiers"))
+
+
+def _tier_list(value: Any, tiers: Mapping[str, Tier], path: Path, where: str) -> tuple[str, ...]:
+    _expect(isinstance(value, list), path, where, f"a list of tiers from {list(tiers)}")
+    for i, t in enumerate(value):
+        _expect(t in tiers, path, f"{where}[{i}]", f"one of {list(tiers)}, got {t!r}")
+    return tuple(value)

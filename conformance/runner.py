@@ -1,0 +1,117 @@
+"""Runs matrix cells, each in its own pytest process with a deadline.
+
+A cell that crashes, hangs past its deadline or never writes results still yields a result
+file: every clause Error, with the reason and the tail of the log, so nothing disappears from
+the report. Results are keyed by cell and suite version: a rerun skips cells already done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from conformance import __version__, results
+from conformance.clauses import CLAUSES
+from conformance.matrix import Cell
+from conformance.status import Status
+
+LOG_TAIL_CHARS = 4000
+
+
+def result_path(results_dir: Path, cell: Cell) -> Path:
+    return Path(results_dir) / f"{cell.file_stem}.json"
+
+
+def is_done(path: Path) -> bool:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return doc.get("suite_version") == __version__ and doc.get("schema") == results.SCHEMA
+
+
+def command(cell: Cell, out: Path, junit: Path) -> list[str]:
+    return [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q",
+            f"--kv-store={cell.target}", f"--kv-profile={cell.tier.profile}",
+            f"--kv-results={out}", f"--junitxml={junit}"]
+
+
+def run_cell(cell: Cell, results_dir: Path) -> dict[str, Any]:
+    """Run one cell; always returns (and writes) its results document."""
+    out = result_path(results_dir, cell)
+    junit = out.with_suffix(".junit.xml")
+    log = out.with_suffix(".log")
+    cmd = command(cell, out, junit)
+    out.unlink(missing_ok=True)
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cell.tier.timeout_s,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        output, problem = proc.stdout + proc.stderr, None
+        if not out.exists():
+            problem = f"pytest exited {proc.returncode} without writing results"
+    except subprocess.TimeoutExpired as exc:
+        output = _text(exc.stdout) + _text(exc.stderr)
+        problem = f"cell exceeded its {cell.tier.timeout_s:g}s deadline and was killed"
+    log.write_text(output)
+    doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
+    doc["cell"] = {"id": cell.id, "store": cell.store, "target": cell.target, "tier": cell.tier.name,
+                   "command": " ".join(cmd[1:]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml"),
+                   "wall_s": round(time.monotonic() - started, 2)}
+    apply_expectations(doc, cell)
+    results.write(out, doc)
+    return doc
+
+
+def _text(data: Any) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
+def _error_document(cell: Cell, problem: str, output: str) -> dict[str, Any]:
+    tail = output[-LOG_TAIL_CHARS:]
+    records = [results.TestRecord(nodeid="", clause=c, status=Status.ERROR.value, duration_s=0.0,
+                                  examples=0, message=f"{problem}\n--- log tail ---\n{tail}")
+               for c in CLAUSES]
+    return results.build(store={"spec": cell.target, "target": cell.target, "version": None,
+                                "capabilities": []},
+                         profile=cell.tier.profile, hypothesis_settings={}, records=records)
+
+
+def apply_expectations(doc: dict[str, Any], cell: Cell) -> None:
+    """Known failures become XFail; a known failure that passed becomes XPass (a stale expectation)."""
+    for test in doc["tests"]:
+        reason = cell.expected_failures.get(test["clause"])
+        if reason is None:
+            continue
+        if test["status"] == Status.FAIL.value:
+            test["status"] = Status.XFAIL.value
+            test["expected"] = reason
+        elif test["status"] == Status.PASS.value:
+            test["status"] = Status.XPASS.value
+            test["message"] = f"expected to fail ({reason}) but passed: the expectation is stale"
+    doc["summary"] = dict(sorted(Counter(t["status"] for t in doc["tests"]).items()))
+
+
+def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False,
+              say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run ``cells`` in order, skipping those already done; report progress as it goes."""
+    Path(results_dir).mkdir(parents=True, exist_ok=True)
+    docs, started = [], time.monotonic()
+    for i, cell in enumerate(cells, 1):
+        path = result_path(results_dir, cell)
+        prefix = f"[{i}/{len(cells)}] {cell.id} ({time.monotonic() - started:.0f}s elapsed)"
+        if not rerun and is_done(path):
+            say(f"{prefix}: already done, kept")
+            docs.append(json.loads(path.read_text()))
+            continue
+        say(f"{prefix}: running on tier {cell.tier.name} ({cell.tier.profile})")
+        doc = run_cell(cell, results_dir)
+        say(f"{prefix}: " + ", ".join(f"{n} {s}" for s, n in doc["summary"].items()))
+        docs.append(doc)
+    return docs
