@@ -30,3 +30,15 @@ class _DeleteLess(_NoCaps):
 
 def claims_delete_without_method():
     return _DeleteLess()
+
+
+def crashing_factory(workdir):
+    import os
+
+    os._exit(3)  # the store's native code took the process down
+
+
+def sleeping_factory(workdir):
+    import time
+
+    time.sleep(3600)  # never comes up
