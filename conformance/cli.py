@@ -27,8 +27,16 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("clauses", help="list the clauses and what each promises")
 
+    cert = sub.add_parser("certify", help="run a product's claimed profiles and write a bundle")
+    cert.add_argument("--product", type=Path, required=True, help="PRODUCT.yaml")
+    cert.add_argument("--out", type=Path, required=True, help="a new, empty directory for the bundle")
+
+    ver = sub.add_parser("verify", help="check a certification bundle without rerunning it")
+    ver.add_argument("bundle", type=Path)
+
     args = parser.parse_args(argv)
-    return {"run": _run, "report": _report, "clauses": _clauses}[args.command](args)
+    commands = {"run": _run, "report": _report, "clauses": _clauses, "certify": _certify, "verify": _verify}
+    return commands[args.command](args)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -61,6 +69,27 @@ def _clauses(args: argparse.Namespace) -> int:
         needs = f" (needs {', '.join(sorted(c.requires))})" if c.requires else ""
         print(f"{c.id} [{c.tier}]{needs}: {c.promise}")
     return 0
+
+
+def _certify(args: argparse.Namespace) -> int:
+    from conformance.certify import certify
+    from conformance.golden import GoldenError
+
+    try:
+        return certify(args.product, args.out, argv=sys.argv)
+    except GoldenError as exc:
+        print(f"kvconform certify: {exc}", file=sys.stderr)
+        return 2
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from conformance.verify import verify
+
+    problems = verify(args.bundle)
+    for problem in problems:
+        print(problem)
+    print(f"kvconform verify: {'OK' if not problems else f'{len(problems)} problem(s)'}: {args.bundle}")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ KV_STORE_OPTION = "--kv-store"
 KV_PROFILE_OPTION = "--kv-profile"
 KV_TIMEOUT_OPTION = "--kv-timeout"
 KV_RESULTS_OPTION = "--kv-results"
+KV_DTYPES_OPTION = "--kv-cache-dtypes"
 _STATE = "_kvconform_state"
 
 
@@ -30,6 +31,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="Hypothesis profile (default: ci when $CI is set, else dev)")
     group.addoption(KV_TIMEOUT_OPTION, type=float, default=60.0, metavar="SECONDS",
                     help="a store call that takes longer is an Error (default: 60)")
+    group.addoption(KV_DTYPES_OPTION, default=None, metavar="LIST",
+                    help="comma-separated kv_cache_dtype strings to draw specs from, e.g. "
+                         "'fp8,fp8_e4m3,fp8_e5m2' (default: every string vLLM knows)")
     group.addoption(KV_RESULTS_OPTION, default=None, metavar="PATH",
                     help="write the results JSON (schema kvconform.results/1) to PATH")
 
@@ -42,6 +46,9 @@ class _State:
         explicit_profile = config.getoption(KV_PROFILE_OPTION)
         self.active = bool(self.store_spec or explicit_profile)
         self.profile: str = explicit_profile or ("ci" if os.environ.get("CI") else "dev")
+        dtypes = config.getoption(KV_DTYPES_OPTION)
+        self.kv_cache_dtypes: list[str] | None = [d.strip() for d in dtypes.split(",")] if dtypes else None
+        self.active = self.active or bool(dtypes)
         self.choice: Any = None
 
 
@@ -66,9 +73,16 @@ def _activate(state: _State) -> None:
     from conformance import loader
     from conformance.profiles import register_profiles
 
+    from conformance.strategies import restrict_kv_cache_dtypes
+
     register_profiles()
     settings.load_profile(state.profile)
     state.active = True
+    if state.kv_cache_dtypes:
+        try:
+            restrict_kv_cache_dtypes(state.kv_cache_dtypes)
+        except ValueError as exc:
+            raise pytest.UsageError(f"kvconform: {KV_DTYPES_OPTION}: {exc}") from None
     if state.store_spec and state.choice is None:
         try:
             state.choice = loader.resolve(state.store_spec)
@@ -101,6 +115,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if state.choice is not None:
         lines.append(f"kvconform store: {state.choice.spec} -> {state.choice.target} "
                      f"[{state.choice.distribution_version}]")
+    if state.kv_cache_dtypes:
+        lines.append(f"kvconform kv_cache_dtypes: {', '.join(state.kv_cache_dtypes)}")
     lines.append("kvconform versions: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
     env = {k: v for k, v in os.environ.items() if k.startswith("KVCONFORM_")}
     if env:  # printed so that a typo in a variable name is visible
@@ -287,6 +303,7 @@ class _Recorder:
                    "version": choice.distribution_version if choice else None,
                    "capabilities": sorted(self.capabilities)},
             profile=state.profile,
+            kv_cache_dtypes=state.kv_cache_dtypes,
             hypothesis_settings={"max_examples": current.max_examples,
                                  "derandomize": current.derandomize,
                                  "stateful_step_count": current.stateful_step_count},

@@ -14,7 +14,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from conformance import __version__, results
 from conformance.clauses import CLAUSES
@@ -36,10 +36,14 @@ def is_done(path: Path) -> bool:
     return doc.get("suite_version") == __version__ and doc.get("schema") == results.SCHEMA
 
 
-def command(cell: Cell, out: Path, junit: Path) -> list[str]:
-    return [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q",
-            f"--kv-store={cell.target}", f"--kv-profile={cell.tier.profile}",
-            f"--kv-results={out}", f"--junitxml={junit}"]
+def suite_command(target: str, profile: str, out: Path, junit: Path,
+                  kv_cache_dtypes: Sequence[str] | None = None) -> list[str]:
+    """The pytest command line that runs the conformance suite on one store."""
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q",
+           f"--kv-store={target}", f"--kv-profile={profile}", f"--kv-results={out}", f"--junitxml={junit}"]
+    if kv_cache_dtypes:
+        cmd.append(f"--kv-cache-dtypes={','.join(kv_cache_dtypes)}")
+    return cmd
 
 
 def run_cell(cell: Cell, results_dir: Path) -> dict[str, Any]:
@@ -47,7 +51,7 @@ def run_cell(cell: Cell, results_dir: Path) -> dict[str, Any]:
     out = result_path(results_dir, cell)
     junit = out.with_suffix(".junit.xml")
     log = out.with_suffix(".log")
-    cmd = command(cell, out, junit)
+    cmd = suite_command(cell.target, cell.tier.profile, out, junit)
     out.unlink(missing_ok=True)
     started = time.monotonic()
     try:

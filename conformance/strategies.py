@@ -46,6 +46,22 @@ VIEW_KINDS = ("contiguous", "stride_order", "storage_offset", "sliced", "padded"
 NON_CONTIGUOUS_VIEW_KINDS = ("stride_order", "sliced", "padded", "cross_layer")
 
 
+_ACTIVE_KV_CACHE_DTYPES: list[tuple[str, ...]] = [tuple(KV_CACHE_DTYPES)]
+
+
+def restrict_kv_cache_dtypes(names: Sequence[str]) -> None:
+    """Limit every drawn spec to these cache dtypes (``--kv-cache-dtypes``; a certification
+    profile such as ``fp8``). Unknown names raise ``ValueError`` listing the valid ones."""
+    unknown = [n for n in names if n not in KV_CACHE_DTYPES]
+    if unknown or not names:
+        raise ValueError(f"kv_cache_dtypes={list(names)!r}, but valid: {', '.join(KV_CACHE_DTYPES)}")
+    _ACTIVE_KV_CACHE_DTYPES[0] = tuple(names)
+
+
+def active_kv_cache_dtypes() -> tuple[str, ...]:
+    return _ACTIVE_KV_CACHE_DTYPES[0]
+
+
 @st.composite
 def kv_specs(draw: st.DrawFn, *, layouts: Sequence[Layout] = tuple(Layout),
              kv_cache_dtypes: Sequence[str] | None = None,
@@ -53,14 +69,12 @@ def kv_specs(draw: st.DrawFn, *, layouts: Sequence[Layout] = tuple(Layout),
     """Valid specs over every layout, stride order, cache dtype and a real geometry.
 
     * ``layouts`` restricts the layout axis.
-    * ``kv_cache_dtypes`` restricts the dtype axis (default: every string vLLM knows).
+    * ``kv_cache_dtypes`` restricts the dtype axis (default: ``active_kv_cache_dtypes()``).
     """
-    layout = draw(st.sampled_from(list(layouts)), label="layout")
-    dtypes = list(kv_cache_dtypes or KV_CACHE_DTYPES)
-    if layout is Layout.MLA:
-        dtypes = [d for d in dtypes if d in MLA_KV_CACHE_DTYPES]
-    else:
-        dtypes = [d for d in dtypes if d != "fp8_ds_mla"]
+    dtypes = [d for d in (kv_cache_dtypes or active_kv_cache_dtypes())]
+    usable = [lay for lay in layouts if _dtypes_for(lay, dtypes)]
+    layout = draw(st.sampled_from(usable), label="layout")
+    dtypes = _dtypes_for(layout, dtypes)
     kv_cache_dtype = draw(st.sampled_from(dtypes), label="kv_cache_dtype")
     if layout is Layout.MLA:
         heads = 1
@@ -80,6 +94,12 @@ def kv_specs(draw: st.DrawFn, *, layouts: Sequence[Layout] = tuple(Layout),
         num_kv_heads=heads,
         head_size=head_size,
     )
+
+
+def _dtypes_for(layout: Layout, dtypes: Sequence[str]) -> list[str]:
+    if layout is Layout.MLA:
+        return [d for d in dtypes if d in MLA_KV_CACHE_DTYPES]
+    return [d for d in dtypes if d != "fp8_ds_mla"]
 
 
 def bits_dtype(fmt: ElementFormat) -> torch.dtype:
@@ -220,10 +240,18 @@ class TwinSpecs(NamedTuple):
     second: KVSpec
 
 
+def active_format_twins() -> list[tuple[str, str]]:
+    active = set(active_kv_cache_dtypes())
+    return [pair for pair in FORMAT_TWINS if set(pair) <= active]
+
+
 @st.composite
 def format_twins(draw: st.DrawFn) -> TwinSpecs:
-    """Two specs identical but for their ``kv_cache_dtype``, whose bytes mean different things."""
-    a, b = draw(st.sampled_from(FORMAT_TWINS), label="twin_dtypes")
+    """Two specs identical but for their ``kv_cache_dtype``, whose bytes mean different things.
+
+    Only pairs within ``active_kv_cache_dtypes()``; the caller checks there is one.
+    """
+    a, b = draw(st.sampled_from(active_format_twins()), label="twin_dtypes")
     if draw(st.booleans(), label="swap"):
         a, b = b, a
     base = draw(kv_specs(layouts=[Layout.KV_FIRST, Layout.BLOCKS_FIRST, Layout.FUSED],

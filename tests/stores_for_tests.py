@@ -42,3 +42,21 @@ def sleeping_factory(workdir):
     import time
 
     time.sleep(3600)  # never comes up
+
+
+class _Lossy(MemoryStore):
+    """Declares itself lossy (a quantizing serde would): byte-exact clauses do not apply."""
+
+    capabilities = frozenset({"lossy", "scales", "delete"})
+
+
+def lossy_store():
+    return _Lossy()
+
+
+class _Scaleless(MemoryStore):
+    capabilities = frozenset({"delete"})
+
+
+def scaleless_store():
+    return _Scaleless()

@@ -82,3 +82,10 @@ def test_redaction():
               "nested": [{"password": "x", "host": "h"}], "plain": "lm://127.0.0.1:65432"}
     assert redact(config) == {"url": "redis://user:***@127.0.0.1:6379/0", "api_token": "***",
                               "nested": [{"password": "***", "host": "h"}], "plain": "lm://127.0.0.1:65432"}
+
+
+def test_lossy_store_disables_lossless_clauses(run_suite):
+    run = run_suite("--kv-store=tests.stores_for_tests:lossy_store", "--kv-profile=ci")
+    statuses = run.statuses()
+    assert statuses["byte_exact_roundtrip"] == statuses["stride_contract"] == "Disabled"
+    assert statuses["dtype_preserved"] == "Pass" and run.returncode == 0

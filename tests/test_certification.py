@@ -1,0 +1,152 @@
+"""Certification: a bundle of the reference store verifies; any tampering is a precise line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conformance.certify import write_manifest
+from conformance.golden import GoldenError, known_test_ids, load_golden, load_product
+from conformance.verify import verify
+
+from .conftest import REPO
+
+PRODUCT = {"vendor": "kvconform project", "name": "file store", "version": "0.1.0",
+           "connector": "conformance.stores.file:make_store", "contact_email": "m@example.invalid",
+           "profiles": ["core", "fp8"]}
+
+
+def certify(tmp: Path, **changes) -> tuple[subprocess.CompletedProcess, Path]:
+    product = tmp / "PRODUCT.yaml"
+    product.write_text(yaml.safe_dump({**PRODUCT, **changes}))
+    out = tmp / "bundle"
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--product", str(product),
+                           "--out", str(out)], capture_output=True, text=True, cwd=REPO)
+    return proc, out
+
+
+@pytest.fixture(scope="module")
+def good_bundle(tmp_path_factory) -> Path:
+    proc, out = certify(tmp_path_factory.mktemp("cert"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ELIGIBLE" in proc.stdout
+    return out
+
+
+@pytest.fixture
+def bundle(good_bundle, tmp_path) -> Path:
+    copy = tmp_path / "bundle"
+    shutil.copytree(good_bundle, copy)
+    return copy
+
+
+def test_reference_store_bundle_verifies(good_bundle):
+    assert verify(good_bundle) == []
+    names = {p.name for p in good_bundle.iterdir()}
+    assert {"MANIFEST.json", "PRODUCT.yaml", "golden.yaml", "environment.json", "command.txt", "README.md",
+            "report.md", "results-core.json", "junit-core.xml", "results-fp8.json", "junit-fp8.xml"} <= names
+    env = json.loads((good_bundle / "environment.json").read_text())
+    assert {"kvconform", "kvconform_commit", "python", "cpu", "gpu", "packages"} <= set(env)
+    assert "kvconform certify --product" in (good_bundle / "command.txt").read_text()
+
+
+def test_verify_cli_exit_codes(good_bundle, bundle):
+    ok = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", str(good_bundle)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0 and "OK" in ok.stdout
+    (bundle / "extra.txt").write_text("x")
+    bad = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", str(bundle)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "extra.txt: not in MANIFEST.json" in bad.stdout
+
+
+@pytest.mark.parametrize("name", ["PRODUCT.yaml", "golden.yaml", "environment.json", "command.txt", "README.md",
+                                  "report.md", "results-core.json", "junit-core.xml", "results-fp8.json",
+                                  "junit-fp8.xml", "log-core.txt", "log-fp8.txt"])
+def test_flipping_one_byte_in_any_file_is_caught(bundle, name):
+    path = bundle / name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert f"{name}: SHA-256 differs from MANIFEST.json (modified after certification)" in verify(bundle)
+
+
+def test_manifest_itself_is_checked_by_content(bundle):
+    (bundle / "results-core.json").unlink()
+    problems = verify(bundle)
+    assert "results-core.json: listed in MANIFEST.json but missing" in problems
+    assert any("claimed profile core has no results" in p for p in problems)
+
+
+def test_deleting_a_required_result_is_caught_even_with_a_forged_manifest(bundle):
+    path = bundle / "results-core.json"
+    doc = json.loads(path.read_text())
+    doc["tests"] = [t for t in doc["tests"] if t["clause"] != "stride_contract"]
+    path.write_text(json.dumps(doc))
+    write_manifest(bundle)  # a forger who also rewrites the manifest
+    assert verify(bundle) == ["results-core.json: profile core: required test store:stride_contract did not run"]
+
+
+def test_claiming_a_profile_that_did_not_run_is_caught(tmp_path):
+    proc, out = certify(tmp_path, profiles=["core"])
+    assert proc.returncode == 0
+    product = yaml.safe_load((out / "PRODUCT.yaml").read_text())
+    product["profiles"] = ["core", "fp8"]
+    (out / "PRODUCT.yaml").write_text(yaml.safe_dump(product))
+    write_manifest(out)
+    assert verify(out) == ["results-fp8.json: missing or unreadable: claimed profile fp8 has no results"]
+
+
+def test_other_golden_list_is_caught(bundle):
+    golden = bundle / "golden.yaml"
+    golden.write_text(golden.read_text().replace("      - store:scales_roundtrip\n", ""))
+    write_manifest(bundle)
+    assert "golden.yaml: differs from the golden list shipped with kvconform 0.1.0" in verify(bundle)
+
+
+def test_known_bad_store_is_not_eligible(tmp_path):
+    proc, out = certify(tmp_path, connector="fixtures.zoo.scale_dropping:make_store", profiles=["fp8"])
+    assert proc.returncode == 1
+    assert "NOT ELIGIBLE: profile fp8: required test store:scales_roundtrip is Fail: [scales_roundtrip]" in proc.stdout
+    assert any("scales_roundtrip is Fail" in p for p in verify(out))
+
+
+def test_disabled_required_test_makes_the_run_ineligible(tmp_path):
+    proc, _ = certify(tmp_path, connector="tests.stores_for_tests:scaleless_store", profiles=["fp8"])
+    assert proc.returncode == 1
+    assert "required test store:scales_roundtrip is Disabled" in proc.stdout
+
+
+def test_golden_list_names_only_existing_tests():
+    golden = load_golden()
+    for profile in golden.profiles.values():
+        assert set(profile.required) <= known_test_ids()
+    assert (REPO / "fixtures" / "golden" / "required-tests.yaml").read_bytes() == \
+        (REPO / "conformance" / "golden" / "required-tests.yaml").read_bytes()
+
+
+def test_golden_list_with_a_vanished_test_fails(tmp_path):
+    path = tmp_path / "golden.yaml"
+    path.write_text((REPO / "conformance/golden/required-tests.yaml").read_text()
+                    .replace("store:shape_preserved", "store:shape_kept"))
+    with pytest.raises(GoldenError, match=r"profiles.core.required\[2\]: expected a test id of this suite \(tier:clause\), got 'store:shape_kept'"):
+        load_golden(path)
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"contact_email": None}, "contact_email: expected a value (required)"),
+    ({"profiles": ["gold"]}, "profiles[0]: expected one of ['core', 'fp8'], got 'gold'"),
+    ({"logo": "x"}, "logo: expected one of"),
+])
+def test_product_yaml_errors_are_one_line(tmp_path, change, says):
+    path = tmp_path / "PRODUCT.yaml"
+    path.write_text(yaml.safe_dump({**PRODUCT, **change}))
+    with pytest.raises(GoldenError) as info:
+        load_product(path, load_golden())
+    assert says in str(info.value) and "\n" not in str(info.value)
