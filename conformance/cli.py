@@ -21,11 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--report", type=Path, default=Path("reports"))
     run.add_argument("--rerun", action="store_true", help="rerun cells that already have results")
 
-    report = sub.add_parser("report", help="render RESULTS_DIR into matrix.json and matrix.md")
+    report = sub.add_parser("report", help="render RESULTS_DIR into matrix.json, matrix.md, index.html")
     report.add_argument("results_dir", type=Path)
     report.add_argument("--out", type=Path, default=Path("reports"))
 
     sub.add_parser("clauses", help="list the clauses and what each promises")
+
+    dif = sub.add_parser("diff", help="regression table between two results dirs; exit 1 on regression")
+    dif.add_argument("base", type=Path)
+    dif.add_argument("head", type=Path)
 
     cert = sub.add_parser("certify", help="run a product's claimed profiles and write a bundle")
     cert.add_argument("--product", type=Path, required=True, help="PRODUCT.yaml")
@@ -35,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ver.add_argument("bundle", type=Path)
 
     args = parser.parse_args(argv)
-    commands = {"run": _run, "report": _report, "clauses": _clauses, "certify": _certify, "verify": _verify}
+    commands = {"run": _run, "report": _report, "clauses": _clauses, "certify": _certify, "verify": _verify,
+                "diff": _diff}
     return commands[args.command](args)
 
 
@@ -50,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
     results_dir = args.results or Path("results") / args.tier
     runner.run_cells(cells, results_dir, rerun=args.rerun)
     rendered = report.render(results_dir, args.report)
-    print(f"kvconform: report written to {args.report}/matrix.md and matrix.json")
+    print(f"kvconform: report written to {args.report}/index.html, matrix.md and matrix.json")
     return 1 if report.is_red(rendered) else 0
 
 
@@ -69,6 +74,14 @@ def _clauses(args: argparse.Namespace) -> int:
         needs = f" (needs {', '.join(sorted(c.requires))})" if c.requires else ""
         print(f"{c.id} [{c.tier}]{needs}: {c.promise}")
     return 0
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from conformance import diff
+
+    result = diff.compare(args.base, args.head)
+    print(diff.markdown(result), end="")
+    return 1 if result.regressed else 0
 
 
 def _certify(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""Render a results directory into the compatibility report: matrix.json and matrix.md.
+"""Render a results directory into the compatibility report: matrix.json, matrix.md, index.html.
 
 Reads result files only, so re-rendering never reruns anything.
 """
@@ -11,6 +11,7 @@ from typing import Any
 
 from conformance import results
 from conformance.clauses import CLAUSES
+from conformance.html_report import render_html
 from conformance.status import Status, worst
 
 # A run is red on any of these: a conformance failure, a harness error, a stale expectation.
@@ -40,6 +41,8 @@ def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
             "packages": doc["environment"]["packages"],
             "problems": [{"clause": t["clause"], "status": t["status"], "message": t["message"]}
                          for t in doc["tests"] if t["status"] in RED],
+            "messages": {t["clause"]: t.get("message") or t.get("expected") or ""
+                         for t in doc["tests"] if t["status"] != Status.PASS.value},
         })
     return {"schema": "kvconform.matrix-report/1", "clauses": list(CLAUSES), "cells": cells}
 
@@ -71,6 +74,7 @@ def render(results_dir: Path, out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "matrix.json").write_text(json.dumps(matrix, indent=2, sort_keys=True) + "\n")
     (out_dir / "matrix.md").write_text(markdown(matrix))
+    (out_dir / "index.html").write_text(render_html(matrix))
     return matrix
 
 

@@ -66,7 +66,7 @@ def run_cell(cell: Cell, results_dir: Path) -> dict[str, Any]:
     log.write_text(output)
     doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
     doc["cell"] = {"id": cell.id, "store": cell.store, "target": cell.target, "tier": cell.tier.name,
-                   "command": " ".join(cmd[1:]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml"),
+                   "command": " ".join(["python", *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml"),
                    "wall_s": round(time.monotonic() - started, 2)}
     apply_expectations(doc, cell)
     results.write(out, doc)

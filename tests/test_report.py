@@ -1,0 +1,150 @@
+"""The report and the diff gate, rendered from result files; index.html in real headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conformance import diff, report, results
+from conformance.clauses import CLAUSES
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def write_cell(results_dir: Path, cell_id: str, statuses: dict[str, str], message: str = "") -> None:
+    records = [results.TestRecord(nodeid=f"n::{c}", clause=c, status=statuses.get(c, "Pass"), duration_s=0.1,
+                                  examples=5, message=message if statuses.get(c, "Pass") != "Pass" else "")
+               for c in CLAUSES]
+    doc = results.build(store={"spec": cell_id, "target": cell_id, "version": None, "capabilities": []},
+                        profile="ci", hypothesis_settings={}, records=records)
+    doc["cell"] = {"id": cell_id, "store": cell_id, "target": cell_id, "tier": "quick",
+                   "command": f"python -m pytest --pyargs conformance --kv-store={cell_id}", "wall_s": 1.0}
+    results.write(results_dir / f"{re.sub(r'[^a-z]', '_', cell_id)}.json", doc)
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    base, head = tmp_path / "base", tmp_path / "head"
+    write_cell(base, "store(a)", {})
+    write_cell(base, "store(b)", {"stride_contract": "Fail"}, "[stride_contract] old failure")
+    write_cell(base, "store(gone)", {})
+    write_cell(head, "store(a)", {"format_isolation": "Fail"}, "[format_isolation] </script><b>x</b>")
+    write_cell(head, "store(b)", {})
+    write_cell(head, "store(new)", {"dtype_preserved": "Fail"})
+    return base, head
+
+
+def test_diff_flags_regressions_and_compares_only_aligned_cells(two_runs):
+    result = diff.compare(*two_runs)
+    assert result.compared == 2 and result.regressed
+    assert [(c.cell, c.clause, c.base, c.head) for c in result.newly_failing] == [
+        ("store(a) [quick]", "format_isolation", "Pass", "Fail")]
+    assert [c.clause for c in result.newly_passing] == ["stride_contract"]
+    assert result.cells_gone == ["store(gone) [quick]"] and result.cells_new == ["store(new) [quick]"]
+    text = diff.markdown(result)
+    assert "| store(a) [quick] | `format_isolation` | Pass | Fail |" in text and "REGRESSION" in text
+
+
+def test_diff_cli_exit_codes(two_runs):
+    base, head = two_runs
+    cmd = [sys.executable, "-m", "conformance.cli", "diff"]
+    assert subprocess.run(cmd + [str(base), str(head)], capture_output=True).returncode == 1
+    assert subprocess.run(cmd + [str(head), str(head)], capture_output=True).returncode == 0
+
+
+def test_markdown_and_json(two_runs, tmp_path):
+    matrix = report.render(two_runs[1], tmp_path / "out")
+    assert report.is_red(matrix)
+    md = (tmp_path / "out" / "matrix.md").read_text()
+    assert "| store(a) | quick |" in md and "repro: `python -m pytest" in md
+    assert json.loads((tmp_path / "out" / "matrix.json").read_text())["cells"][0]["statuses"]
+
+
+class DevTools:
+    """The smallest Chrome DevTools Protocol client that a test of a static page needs."""
+
+    def __init__(self, ws_url: str) -> None:
+        import websocket
+
+        self.ws = websocket.create_connection(ws_url, timeout=30)
+        self.next_id = 0
+        self.events: list[dict] = []
+
+    def call(self, method: str, **params) -> dict:
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self.next_id:
+                return msg.get("result", {})
+            self.events.append(msg)
+
+    def js(self, expression: str):
+        out = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return out["result"].get("value")
+
+
+@pytest.fixture
+def chromium(tmp_path):
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; .ci/run installs Debian's chromium package")
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+                             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "about:blank"],
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, port = time.monotonic() + 60, None
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            found = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
+            port = found and found.group(1)
+        assert port, "chromium did not open its DevTools port"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as resp:
+            page = next(t for t in json.load(resp) if t["type"] == "page")
+        tools = DevTools(page["webSocketDebuggerUrl"])
+        yield tools
+        tools.ws.close()
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_index_html_in_headless_chromium(two_runs, tmp_path, chromium):
+    report.render(two_runs[1], tmp_path / "out")
+    chromium.call("Runtime.enable")
+    chromium.call("Page.enable")
+    chromium.call("Page.navigate", url=(tmp_path / "out" / "index.html").as_uri())
+    for _ in range(100):
+        if chromium.js("document.readyState === 'complete' && !!document.getElementById('grid')"):
+            break
+        time.sleep(0.1)
+    errors = [e for e in chromium.events if e.get("method") == "Runtime.exceptionThrown"
+              or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")]
+    assert errors == []
+    assert chromium.js("document.querySelectorAll('tr.cell').length") == 3
+    assert chromium.js("document.getElementById('detail').classList.contains('hidden')") is True
+    # Drill-down: clicking a cell shows its clauses, the failure message (as text) and the repro.
+    chromium.js("document.querySelector('tr.cell[data-id=\"store(a)\"]').click()")
+    detail = chromium.js("document.getElementById('detail').innerText")
+    assert "store(a)" in detail and "[format_isolation] </script><b>x</b>" in detail
+    assert "python -m pytest --pyargs conformance --kv-store=store(a)" in detail
+    assert chromium.js("location.hash") == "#cell=store(a)"
+    # Filters: by status and by text.
+    chromium.js("{const s = document.getElementById('status'); s.value = 'Fail'; s.dispatchEvent(new Event('change'))}")
+    assert chromium.js("document.getElementById('count').textContent") == "2 of 3 cells"
+    chromium.js("{const s = document.getElementById('status'); s.value = ''; s.dispatchEvent(new Event('change'));"
+                "const f = document.getElementById('filter'); f.value = 'store(b'; f.dispatchEvent(new Event('input'))}")
+    assert chromium.js("document.getElementById('count').textContent") == "1 of 3 cells"
+    assert [e for e in chromium.events if e.get("method") == "Runtime.exceptionThrown"] == []
