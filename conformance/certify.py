@@ -33,15 +33,16 @@ def required_problems(profile: Profile, doc: dict[str, Any] | None) -> list[str]
     """Why ``doc`` does not satisfy ``profile``'s required tests (empty: it does)."""
     if doc is None:
         return [f"profile {profile.name}: no results"]
-    by_id = {test_id(CLAUSES[t["clause"]].tier, t["clause"]): t for t in doc["tests"] if t["clause"] in CLAUSES}
+    by_id = {test_id(CLAUSES[t["clause"]].tier, t["clause"]): t for t in doc.get("tests", [])
+             if isinstance(t, dict) and t.get("clause") in CLAUSES}
     problems = []
     for tid in profile.required:
         test = by_id.get(tid)
         if test is None:
             problems.append(f"profile {profile.name}: required test {tid} did not run")
-        elif test["status"] != "Pass":
+        elif test.get("status") != "Pass":
             first = (test.get("message") or "").splitlines()[0] if test.get("message") else ""
-            problems.append(f"profile {profile.name}: required test {tid} is {test['status']}"
+            problems.append(f"profile {profile.name}: required test {tid} is {test.get('status')}"
                             + (f": {first}" if first else ""))
     return problems
 

@@ -78,19 +78,27 @@ def clause(clause_id: str) -> Callable[[F], F]:
         raise ValueError(f"clause {clause_id!r} is unknown; valid: {', '.join(CLAUSES)}")
 
     def decorate(test: F) -> F:
-        handle = getattr(test, "hypothesis", None)
-        if handle is not None:
-            inner = handle.inner_test
-
-            @functools.wraps(inner)
-            def counted(*args: Any, **kwargs: Any) -> Any:
-                EXAMPLES[_current_nodeid[0]] += 1
-                return inner(*args, **kwargs)
-
-            handle.inner_test = counted
-        return getattr(pytest.mark, CLAUSE_MARK)(clause_id)(test)
+        return getattr(pytest.mark, CLAUSE_MARK)(clause_id)(count_examples(test))
 
     return decorate
+
+
+def count_examples(test: F) -> F:
+    """Count each example a ``@given`` function runs, for the clause test running it.
+
+    ``clause`` applies it; apply it by hand to a ``@given`` helper that a clause test calls.
+    """
+    handle = getattr(test, "hypothesis", None)
+    if handle is not None:
+        inner = handle.inner_test
+
+        @functools.wraps(inner)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            EXAMPLES[_current_nodeid[0]] += 1
+            return inner(*args, **kwargs)
+
+        handle.inner_test = counted
+    return test
 
 
 def set_current_test(nodeid: str) -> None:

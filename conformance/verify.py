@@ -38,7 +38,10 @@ def verify(bundle: Path) -> list[str]:
     if golden.suite_version != made_with:
         problems.append(f"golden.yaml: suite_version {golden.suite_version}, but the bundle was made with {made_with}")
     for name in product["profiles"]:
-        problems += _profile_problems(bundle, golden.profiles[name], product, made_with)
+        try:
+            problems += _profile_problems(bundle, golden.profiles[name], product, made_with)
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:  # edited into another shape
+            problems.append(f"{results_name(name)}: malformed results ({type(exc).__name__}: {exc})")
     return problems
 
 
@@ -84,7 +87,7 @@ def _junit_problems(path: Path, doc: dict[str, Any]) -> list[str]:
         return [f"{path.name}: missing or not JUnit XML"]
     cases = root.iter("testcase")
     failing = sum(1 for c in cases if c.find("failure") is not None or c.find("error") is not None)
-    bad = sum(1 for t in doc["tests"] if t["status"] in ("Fail", "Error"))
+    bad = sum(1 for t in doc["tests"] if t.get("status") in ("Fail", "Error"))
     if failing != bad:
         return [f"{path.name}: {failing} failing test cases, but the results file has {bad} Fail/Error"]
     return []

@@ -150,3 +150,14 @@ def test_product_yaml_errors_are_one_line(tmp_path, change, says):
     with pytest.raises(GoldenError) as info:
         load_product(path, load_golden())
     assert says in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("position", [0.1, 0.3, 0.5, 0.7, 0.9])
+def test_flipped_results_never_crash_verify(bundle, position):
+    # Wherever the byte lands (a key, a value, the JSON syntax), verify reports; it never raises.
+    path = bundle / "results-core.json"
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * position)] ^= 0x01
+    path.write_bytes(bytes(data))
+    write_manifest(bundle)
+    assert isinstance(verify(bundle), list)

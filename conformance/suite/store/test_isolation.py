@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.asserts import ClauseViolation, assert_equal, assert_same_bytes
-from conformance.clauses import clause
+from conformance.clauses import clause, count_examples
 from conformance.spec import KVSpec
 from conformance.store import REFUSALS, KVEntry
 from conformance.status import NOT_RUNNABLE_PREFIX
@@ -33,6 +33,7 @@ def test_format_isolation(kv_store):
     check_format_isolation(kv_store)
 
 
+@count_examples
 @given(twins=format_twins(), data=st.data())
 def check_format_isolation(kv_store, twins, data):
     first, second = (KVEntry(spec, data.draw(bit_patterns(spec), label=f"content[{i}]"),
