@@ -8,6 +8,7 @@ a kvconform clause is collected.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -19,6 +20,7 @@ KV_PROFILE_OPTION = "--kv-profile"
 KV_TIMEOUT_OPTION = "--kv-timeout"
 KV_RESULTS_OPTION = "--kv-results"
 KV_DTYPES_OPTION = "--kv-cache-dtypes"
+KV_CONNECTOR_OPTION = "--kv-connector"
 _STATE = "_kvconform_state"
 
 
@@ -34,6 +36,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(KV_DTYPES_OPTION, default=None, metavar="LIST",
                     help="comma-separated kv_cache_dtype strings to draw specs from, e.g. "
                          "'fp8,fp8_e4m3,fp8_e5m2' (default: every string vLLM knows)")
+    engine = parser.getgroup("kvconform-engine", "kvconform: the engine tier (a real vLLM)")
+    engine.addoption(KV_CONNECTOR_OPTION, default=None, metavar="CONNECTOR",
+                     help="connector under test, as vLLM chooses it: a registry name (ExampleConnector, "
+                          "LMCacheMPConnector) or 'package.module:ClassName' (default: $KVCONFORM_CONNECTOR)")
+    engine.addoption("--kv-connector-extra-config", default=None, metavar="JSON",
+                     help="kv_connector_extra_config as JSON")
+    engine.addoption("--kv-role", default="kv_both", choices=["kv_both", "kv_producer", "kv_consumer"])
+    engine.addoption("--kv-cache-dtype", default="auto", metavar="DTYPE", help="the engines' kv_cache_dtype")
+    engine.addoption("--model", default="qwen3-tiny", metavar="PROFILE|PATH",
+                     help="a profile of fixtures/models (generated locally) or a model directory")
+    engine.addoption("--kv-block-size", type=int, default=32, help="block size (a multiple of 32 on CPU)")
+    engine.addoption("--kv-engine-python", default=None, metavar="PYTHON",
+                     help="the Python with vLLM installed that runs engines (default: this one)")
+    engine.addoption("--kv-engine-timeout", type=float, default=420.0, metavar="SECONDS",
+                     help="an engine that takes longer is killed and its scenarios are Error")
     group.addoption(KV_RESULTS_OPTION, default=None, metavar="PATH",
                     help="write the results JSON (schema kvconform.results/1) to PATH")
 
@@ -44,7 +61,9 @@ class _State:
     def __init__(self, config: pytest.Config) -> None:
         self.store_spec: str | None = config.getoption(KV_STORE_OPTION) or os.environ.get("KVCONFORM_STORE")
         explicit_profile = config.getoption(KV_PROFILE_OPTION)
-        self.active = bool(self.store_spec or explicit_profile)
+        self.connector_spec: str | None = (config.getoption(KV_CONNECTOR_OPTION)
+                                           or os.environ.get("KVCONFORM_CONNECTOR"))
+        self.active = bool(self.store_spec or explicit_profile or self.connector_spec)
         self.profile: str = explicit_profile or ("ci" if os.environ.get("CI") else "dev")
         dtypes = config.getoption(KV_DTYPES_OPTION)
         self.kv_cache_dtypes: list[str] | None = [d.strip() for d in dtypes.split(",")] if dtypes else None
@@ -91,15 +110,23 @@ def _activate(state: _State) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from conformance.clauses import CLAUSE_MARK
+    from conformance.clauses import clause_of
 
     state = _state(config)
-    if not any(item.get_closest_marker(CLAUSE_MARK) for item in items):
+    tiers = {id(item): c.tier for item in items if (c := clause_of(item)) is not None}
+    if not tiers:
         return
-    if not state.store_spec:
+    chosen = {"store": bool(state.store_spec), "engine": bool(state.connector_spec)}
+    if not any(chosen.values()):
         raise pytest.UsageError(
             "kvconform: no store chosen: pass --kv-store module:factory (or a registered name "
-            "such as 'memory'), or set KVCONFORM_STORE")
+            "such as 'memory'), or set KVCONFORM_STORE; for the engine tier pass --kv-connector")
+    # A tier whose implementation was not chosen is not collected (like -k), not failed.
+    keep = [item for item in items if chosen.get(tiers.get(id(item), ""), True)]
+    dropped = [item for item in items if item not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
     _activate(state)
 
 
@@ -115,6 +142,11 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if state.choice is not None:
         lines.append(f"kvconform store: {state.choice.spec} -> {state.choice.target} "
                      f"[{state.choice.distribution_version}]")
+    if state.connector_spec:
+        opt = config.getoption
+        lines.append(f"kvconform connector: {state.connector_spec} role={opt('--kv-role')} "
+                     f"kv_cache_dtype={opt('--kv-cache-dtype')} model={opt('--model')} "
+                     f"block_size={opt('--kv-block-size')} engine python={opt('--kv-engine-python') or 'this'}")
     if state.kv_cache_dtypes:
         lines.append(f"kvconform kv_cache_dtypes: {', '.join(state.kv_cache_dtypes)}")
     lines.append("kvconform versions: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
@@ -162,6 +194,46 @@ def kv_capabilities(kv_store: Any) -> frozenset[str]:
     return frozenset(kv_store.capabilities)
 
 
+@pytest.fixture(scope="session")
+def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The engine-tier cell for the chosen connector, model and kv_cache_dtype (engines start lazily)."""
+    import sys
+
+    from conformance.engine.cell import ConnectorChoice, EngineCell
+
+    opt = request.config.getoption
+    state = _state(request.config)
+    try:
+        connector = ConnectorChoice.parse(state.connector_spec, opt("--kv-connector-extra-config"), opt("--kv-role"))
+    except ValueError as exc:
+        pytest.exit(f"kvconform: {exc}", returncode=4)
+    python = opt("--kv-engine-python") or sys.executable
+    cell = EngineCell(connector=connector, model=_model_dir(opt("--model"), python),
+                      kv_cache_dtype=opt("--kv-cache-dtype"), block_size=opt("--kv-block-size"),
+                      workdir=tmp_path_factory.mktemp("engine"), timeout_s=opt("--kv-engine-timeout"),
+                      python=python)
+    yield cell
+    cell.close()
+    request.config.stash[_TIMINGS] = cell.timings()
+
+
+def _model_dir(model: str, python: str) -> Path:
+    """A model directory: a path as given, or a profile generated (once) with the engine's Python."""
+    import subprocess
+
+    if Path(model).is_dir():
+        return Path(model)
+    code = "import sys; from conformance.engine.models import materialise; print(materialise(sys.argv[1]))"
+    proc = subprocess.run([python, "-c", code, model], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.exit(f"kvconform: --model {model!r}: {proc.stderr.strip().splitlines()[-1] if proc.stderr else 'failed'}",
+                    returncode=4)
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+_TIMINGS = pytest.StashKey[dict]()
+
+
 # -- verdicts ---------------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
 def _kvconform_clause_gate(request: pytest.FixtureRequest) -> None:
@@ -169,7 +241,7 @@ def _kvconform_clause_gate(request: pytest.FixtureRequest) -> None:
     from conformance.clauses import clause_of, disabled_reason, set_current_test
 
     c = clause_of(request.node)
-    if c is None:
+    if c is None or c.tier != "store":
         return
     set_current_test(request.node.nodeid)
     caps = request.getfixturevalue("kv_capabilities")
@@ -298,10 +370,19 @@ class _Recorder:
         state = _state(self.config)
         current = settings.default
         choice = state.choice
+        opt = self.config.getoption
+        connector = None
+        if state.connector_spec:
+            connector = {"spec": state.connector_spec, "role": opt("--kv-role"),
+                         "extra_config": json.loads(opt("--kv-connector-extra-config") or "{}"),
+                         "kv_cache_dtype": opt("--kv-cache-dtype"),
+                         "model": opt("--model"), "block_size": opt("--kv-block-size"),
+                         "engine_timings": self.config.stash.get(_TIMINGS, None)}
         results.write(path, results.build(
             store={"spec": state.store_spec, "target": choice.target if choice else None,
                    "version": choice.distribution_version if choice else None,
                    "capabilities": sorted(self.capabilities)},
+            connector=connector,
             profile=state.profile,
             kv_cache_dtypes=state.kv_cache_dtypes,
             hypothesis_settings={"max_examples": current.max_examples,

@@ -4,6 +4,8 @@ Schema ``kvconform.results/1``::
 
     {"schema": "kvconform.results/1", "suite_version": str, "created": ISO-8601,
      "store": {"spec": str, "target": str, "version": str, "capabilities": [str]},
+     "connector": {"spec", "role", "extra_config", "kv_cache_dtype", "model", "block_size",
+                   "engine_timings"} | null,
      "profile": str, "kv_cache_dtypes": [str] | null, "hypothesis_settings": {...},
      "environment": {"python": str, "platform": str, "cpu": str, "packages": {name: version}},
      "tests": [{"nodeid", "clause", "status", "duration_s", "examples", "message"}],
@@ -90,12 +92,14 @@ def redact(value: Any, key: str = "") -> Any:
 
 
 def build(*, store: dict[str, Any], profile: str, hypothesis_settings: dict[str, Any],
-          records: list[TestRecord], kv_cache_dtypes: list[str] | None = None) -> dict[str, Any]:
+          records: list[TestRecord], kv_cache_dtypes: list[str] | None = None,
+          connector: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "suite_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "store": redact(store),
+        "connector": redact(connector),  # the engine tier's connector, model, dtype, timings
         "profile": profile,
         "kv_cache_dtypes": kv_cache_dtypes,  # None: every string vLLM knows
         "hypothesis_settings": hypothesis_settings,

@@ -1,0 +1,217 @@
+"""One engine-tier cell: a connector, a model, a kv_cache_dtype, and the engines that test them.
+
+Engines are expensive (seconds each on two cores), so a cell starts each *role* once and every
+scenario reads the same runs: a no-connector baseline, a store engine, a fresh load engine, a
+load engine under the format twin (plus its baseline), and a load engine after the storage was
+damaged. Runs happen on first use, in dependency order, and are kept with their timings.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from conformance.engine.launch import EngineRun, run_engine
+from conformance.engine.lmcache_server import LMCacheServer
+from conformance.guard import HarnessError
+
+# The other format a cache dtype is confused with, when a store keys bytes by tokens alone.
+FORMAT_TWIN = {"auto": "float16", "bfloat16": "float16", "float16": "bfloat16",
+               "fp8": "fp8_e5m2", "fp8_e4m3": "fp8_e5m2", "fp8_e5m2": "fp8_e4m3"}
+VOCAB_LOW, VOCAB_HIGH = 4, 2048
+
+
+class NotRunnable(Exception):
+    """This platform or vLLM cannot run what the scenario needs; the reason is vLLM's own."""
+
+
+@dataclass(frozen=True)
+class ConnectorChoice:
+    """The connector under test, chosen exactly as vLLM chooses it."""
+
+    name: str  # registry name, or the class name when module_path is set
+    module_path: str | None = None
+    extra_config: dict[str, Any] = field(default_factory=dict)
+    role: str = "kv_both"
+
+    @classmethod
+    def parse(cls, spec: str, extra_json: str | None = None, role: str = "kv_both") -> ConnectorChoice:
+        """``Name`` (vLLM's registry) or ``package.module:ClassName`` (kv_connector_module_path)."""
+        try:
+            extra = json.loads(extra_json) if extra_json else {}
+        except ValueError as exc:
+            raise ValueError(f"--kv-connector-extra-config is not JSON: {exc}") from None
+        if not isinstance(extra, dict):
+            raise ValueError("--kv-connector-extra-config must be a JSON object")
+        module, _, name = spec.rpartition(":")
+        return cls(name=name, module_path=module or None, extra_config=extra, role=role)
+
+    @property
+    def label(self) -> str:
+        return f"{self.module_path}:{self.name}" if self.module_path else self.name
+
+    def transfer_config(self, extra: dict[str, Any]) -> dict[str, Any]:
+        cfg: dict[str, Any] = {"kv_connector": self.name, "kv_role": self.role,
+                               "kv_connector_extra_config": {**extra, **self.extra_config}}
+        if self.module_path:
+            cfg["kv_connector_module_path"] = self.module_path
+        return cfg
+
+
+def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Prompts around block boundaries, one extending a stored prefix, and a concurrent batch."""
+    rng = random.Random(seed)
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(VOCAB_LOW, VOCAB_HIGH) for _ in range(n)]
+
+    bs = block_size
+    boundaries = [tokens(n) for n in (bs - 1, bs, bs + 1, 2 * bs, 2 * bs + 1, 3 * bs + 7, 4 * bs)]
+    shared = tokens(2 * bs)
+    concurrent = [shared + tokens(9), shared + tokens(bs + 3), tokens(2 * bs + 5), tokens(3 * bs)]
+    return {
+        "boundaries": {"name": "boundaries", "prompts": boundaries},
+        "extends": {"name": "extends", "prompts": [boundaries[-1] + tokens(bs + 11)]},
+        "concurrent": {"name": "concurrent", "prompts": concurrent, "together": True},
+    }
+
+
+class EngineCell:
+    def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
+                 workdir: Path, timeout_s: float, python: str) -> None:
+        self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
+        self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
+        self.batches = prompt_batches(block_size)
+        self.runs: dict[str, EngineRun] = {}
+        self.server: LMCacheServer | None = None
+        self.storage_lost = False
+        self.storage = workdir / "storage"
+        self.storage.mkdir(parents=True, exist_ok=True)
+
+    # -- connector infrastructure ---------------------------------------------------------------
+    @property
+    def is_example(self) -> bool:
+        return self.connector.name in ("ExampleConnector", "SharedStorageConnector")
+
+    @property
+    def is_lmcache_mp(self) -> bool:
+        return self.connector.name == "LMCacheMPConnector" and "lmcache.mp.port" not in self.connector.extra_config
+
+    def _connector_extra(self) -> dict[str, Any]:
+        if self.is_example:
+            return {"shared_storage_path": str(self.storage)}
+        if self.is_lmcache_mp:
+            if self.server is None:
+                self.server = LMCacheServer(self.workdir / "lmcache-server.log", chunk_size=2 * self.block_size,
+                                            python=self.python)
+                try:
+                    self.server.start()
+                except (RuntimeError, TimeoutError) as exc:
+                    raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
+            return self.server.connector_config()
+        return {}
+
+    def lose_storage(self) -> str:
+        """Damage what the store engine wrote; say how. Not runnable for storage we cannot reach."""
+        if self.is_example:
+            files = sorted(self.storage.rglob("*.safetensors"))
+            for f in files:
+                data = f.read_bytes()
+                f.write_bytes(data[: len(data) // 2])  # truncated mid-tensor, as a full disk leaves it
+            return f"truncated {len(files)} stored files to half their size"
+        if self.is_lmcache_mp and self.server is not None:
+            self.server.restart()
+            return "restarted the LMCache server (its L1 store is lost)"
+        raise NotRunnable(f"the suite cannot reach the storage of {self.connector.label} to damage it")
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    # -- engines --------------------------------------------------------------------------------
+    def _spec(self, kv_cache_dtype: str, connector: bool, batches: list[str]) -> dict[str, Any]:
+        spec: dict[str, Any] = {"model": str(self.model), "kv_cache_dtype": kv_cache_dtype,
+                                "block_size": self.block_size, "batches": [self.batches[b] for b in batches],
+                                "multiprocessing": self.is_lmcache_mp or self.connector.name == "LMCacheMPConnector"}
+        if connector:
+            spec["connector"] = self.connector.transfer_config(self._connector_extra())
+        return spec
+
+    def _roles(self) -> dict[str, Callable[[], dict[str, Any]]]:
+        load = ["extends", "boundaries", "concurrent"]
+        twin = self.twin_dtype
+        return {
+            "baseline": lambda: self._spec(self.kv_cache_dtype, False, load),
+            "store": lambda: self._spec(self.kv_cache_dtype, True, ["boundaries", "concurrent"]),
+            "load": lambda: self._spec(self.kv_cache_dtype, True, load),
+            "twin_baseline": lambda: self._spec(twin, False, load),
+            "twin_load": lambda: self._spec(twin, True, load),
+            "after_loss": lambda: self._spec(self.kv_cache_dtype, True, load),
+        }
+
+    @property
+    def twin_dtype(self) -> str:
+        if self.kv_cache_dtype not in FORMAT_TWIN:
+            raise NotRunnable(f"no format twin is defined for kv_cache_dtype={self.kv_cache_dtype!r}")
+        return FORMAT_TWIN[self.kv_cache_dtype]
+
+    def run(self, role: str) -> EngineRun:
+        """The run of ``role``, started (after what it depends on) on first use."""
+        if role in self.runs:
+            return self.runs[role]
+        needs = {"load": ["store"], "twin_load": ["store"], "after_loss": ["store", "load", "twin_load"]}
+        for dep in needs.get(role, []):
+            try:
+                self.run(dep)
+            except NotRunnable:
+                pass
+        if role == "after_loss" and not self.storage_lost:
+            self.loss = self.lose_storage()
+            self.storage_lost = True
+        if role in ("store", "load", "twin_load") and self.storage_lost:
+            raise HarnessError(f"engine {role} would read storage already damaged for after_loss")
+        spec = self._roles()[role]()
+        engine = run_engine(spec, self.workdir / "engines", role, timeout_s=self.timeout_s, python=self.python)
+        self.runs[role] = engine
+        return engine
+
+    def baseline(self, role: str = "baseline") -> EngineRun:
+        """A no-connector run; its failure means vLLM cannot run this cell here at all."""
+        engine = self.run(role)
+        if not engine.ok:
+            if "did not finish" in engine.error:
+                raise HarnessError(engine.describe_failure())
+            dtype = self.twin_dtype if role == "twin_baseline" else self.kv_cache_dtype
+            raise NotRunnable(f"vLLM cannot run {self.model.name} with kv_cache_dtype={dtype} here: {engine.error}")
+        return engine
+
+    def timings(self) -> dict[str, Any]:
+        return {role: {"wall_s": r.wall_s, "engine_start_s": r.result.get("t_engine_start_s"),
+                       "batches_s": r.result.get("t_batches_s")} for role, r in self.runs.items()} | {
+            "lmcache_server_ready_s": self.server.ready_s if self.server else None}
+
+
+def compare_runs(got: EngineRun, want: EngineRun, batch: str) -> list[str]:
+    """Differences between two runs' outputs for ``batch``: tokens and logprob *bits*, per prompt."""
+    problems = []
+    for g, w in zip(got.requests(batch), want.requests(batch), strict=True):
+        where = f"{batch}[{g['idx']}] (prompt {g['prompt_len']} tokens, {g['num_cached_tokens']} cached)"
+        if g["tokens"] != w["tokens"]:
+            problems.append(f"{where}: tokens {g['tokens']}, but the baseline produced {w['tokens']}")
+            continue
+        for step, (a, b) in enumerate(zip(g["steps"], w["steps"])):
+            if a["logprob"] != b["logprob"] or a["top"] != b["top"]:
+                problems.append(f"{where}: step {step} logprob bits {a['logprob']}, but the baseline has "
+                                f"{b['logprob']} (top-k differs: {a['top'] != b['top']})")
+                break
+    return problems
+
+
+def external_hits(run: EngineRun, batch: str | None = None) -> float:
+    """External prefix-cache hits vLLM counted for ``batch`` (or all), each generate call once."""
+    deltas = {(r["batch"], r["group"]): r["counters_delta"] for r in run.result.get("requests", [])
+              if batch is None or r["batch"] == batch}
+    return sum(d.get("external_prefix_cache_hits", 0) for d in deltas.values())

