@@ -36,24 +36,24 @@ def _cells() -> list[nox.param]:
     from conformance.matrix import load  # the noxfile reads the same file the runner does
 
     matrix = load(HERE / "matrix.yaml")
-    return [nox.param(tier, cell.store, id=f"{tier}, {cell.store}", tags=[tier])
+    return [nox.param(tier, cell.name, id=f"{tier}, {cell.name}", tags=[tier])
             for tier in matrix.tiers for cell in matrix.cells(tier)]
 
 
 @nox.session(tags=["main"])
 def quick(session: nox.Session) -> None:
     """Main job: run the quick tier of matrix.yaml and render reports/ (index.html, matrix.md/json)."""
-    _install(session)
+    _install_engine_stack(session)
     session.run("kvconform", "run", "--tier", "quick", "--report", "reports", *session.posargs)
 
 
 @nox.session(default=False)
-@nox.parametrize("tier, store", _cells())
-def cell(session: nox.Session, tier: str, store: str) -> None:
+@nox.parametrize("tier, name", _cells())
+def cell(session: nox.Session, tier: str, name: str) -> None:
     """One matrix cell: its result lands in results/TIER/ (a CI job per cell: see .github/)."""
-    _install(session)
+    _install_engine_stack(session)
     # Exit 1 (a red cell) is a verdict, not a session failure: the report job gates on it.
-    session.run("kvconform", "run", "--tier", tier, "--cell", store, "--report", f"reports/{tier}",
+    session.run("kvconform", "run", "--tier", tier, "--cell", name, "--report", f"reports/{tier}",
                 *session.posargs, success_codes=[0, 1])
 
 

@@ -138,7 +138,7 @@ def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print
     for name in product["profiles"]:
         profile = golden.profiles[name]
         res, junit, log = out / results_name(name), out / f"junit-{name}.xml", out / f"log-{name}.txt"
-        cmd = suite_command(product["connector"], CERTIFY_PROFILE, res, junit, profile.kv_cache_dtypes)
+        cmd = suite_command([f"--kv-store={product['connector']}"], CERTIFY_PROFILE, res, junit, profile.kv_cache_dtypes)
         say(f"kvconform certify: profile {name}: running {len(profile.required)} required tests")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         log.write_text(proc.stdout + proc.stderr)

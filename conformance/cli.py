@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--results", type=Path, default=None, help="default: results/TIER")
     run.add_argument("--report", type=Path, default=Path("reports"))
     run.add_argument("--rerun", action="store_true", help="rerun cells that already have results")
-    run.add_argument("--cell", action="append", default=[], metavar="STORE",
+    run.add_argument("--cell", action="append", default=[], metavar="NAME",
                      help="run only this cell (repeatable); the report still covers every result present")
 
     report = sub.add_parser("report", help="render RESULTS_DIR into matrix.json, matrix.md, index.html")
@@ -51,14 +51,14 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         cells = matrix.load(args.matrix).cells(args.tier)
-        unknown = sorted(set(args.cell) - {c.store for c in cells})
+        unknown = sorted(set(args.cell) - {c.name for c in cells})
         if unknown:
             raise matrix.MatrixError(f"{args.matrix}: tier {args.tier!r} has no cell {unknown[0]!r}; "
-                                     f"valid: {', '.join(c.store for c in cells)}")
+                                     f"valid: {', '.join(c.name for c in cells)}")
     except matrix.MatrixError as exc:
         print(f"kvconform: {exc}", file=sys.stderr)
         return 2
-    cells = [c for c in cells if not args.cell or c.store in args.cell]
+    cells = [c for c in cells if not args.cell or c.name in args.cell]
     results_dir = args.results or Path("results") / args.tier
     runner.run_cells(cells, results_dir, rerun=args.rerun)
     rendered = report.render(results_dir, args.report)

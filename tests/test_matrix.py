@@ -29,9 +29,9 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_repo_matrix_is_valid_and_quick_tier_has_controls():
     cells = matrix.load(REPO / "matrix.yaml").cells("quick")
-    names = {c.store for c in cells}
+    names = {c.name for c in cells}
     assert {"memory", "file", "zoo.naive_fp16"} <= names
-    assert all(c.expected_failures for c in cells if c.store.startswith("zoo."))
+    assert all(c.expected_failures for c in cells if c.name.startswith("zoo."))
 
 
 @pytest.mark.parametrize("text, says", [
@@ -62,7 +62,7 @@ def test_unknown_tier(tmp_path):
 ])
 def test_crashed_or_hung_cell_still_yields_a_result(tmp_path, monkeypatch, factory, says, timeout):
     monkeypatch.chdir(REPO)
-    cell = Cell("broken", factory, Tier("quick", "ci", timeout))
+    cell = Cell("broken", "store", (f"--kv-store={factory}",), Tier("quick", "ci", timeout))
     doc = runner.run_cell(cell, tmp_path)
     assert {t["status"] for t in doc["tests"]} == {"Error"}
     assert all(says in t["message"] and "log tail" in t["message"] for t in doc["tests"])
@@ -76,9 +76,39 @@ def _doc(statuses: dict[str, str]) -> dict:
 
 
 def test_expectations_turn_known_failures_into_xfail_and_stale_ones_into_xpass():
-    cell = Cell("zoo.x", "t", Tier("quick", "ci", 1), {"shape_preserved": "bug", "state_machine": "bug"})
+    cell = Cell("zoo.x", "store", (), Tier("quick", "ci", 1), {}, {"shape_preserved": "bug", "state_machine": "bug"})
     doc = _doc({"shape_preserved": "Fail", "state_machine": "Pass", "dtype_preserved": "Fail"})
     runner.apply_expectations(doc, cell)
     assert {t["clause"]: t["status"] for t in doc["tests"]} == {
         "shape_preserved": "XFail", "state_machine": "XPass", "dtype_preserved": "Fail"}
     assert "stale" in doc["tests"][1]["message"]
+
+
+def test_engine_cells_and_conditional_expectations():
+    m = matrix.load(REPO / "matrix.yaml")
+    cells = {c.id: c for c in m.cells("standard") if c.kind == "engine"}
+    example = cells["engine(ExampleConnector, qwen3-tiny, fp8_e5m2)"]
+    assert "--kv-connector=ExampleConnector" in example.args and "--kv-cache-dtype=fp8_e5m2" in example.args
+    assert set(example.expected_failures) == {"engine_format_isolation"}
+    # The LMCache expectation is conditional on the fp8 formats: its auto cell expects nothing.
+    assert cells["engine(LMCacheMPConnector, qwen3-tiny, auto)"].expected_failures == {}
+    assert set(cells["engine(LMCacheMPConnector, qwen3-tiny, fp8_e5m2)"].expected_failures) == {"engine_format_isolation"}
+
+
+ENGINE = GOOD + """connectors:
+  ex: {connector: ExampleConnector, models: [qwen3-tiny], kv_cache_dtypes: [auto], tiers: [quick]}
+"""
+
+
+@pytest.mark.parametrize("text, says", [
+    (ENGINE.replace("qwen3-tiny", "qwen9"), "connectors.ex.models[0]: expected one of ['deepseek-v2-lite-tiny', 'llama3-tiny', 'qwen3-tiny'], got 'qwen9'"),
+    (ENGINE.replace("[auto]", "[fp8_e5m3]"), "connectors.ex.kv_cache_dtypes[0]: expected one of"),
+    (ENGINE + "expectations:\n  - {when: {connector: ex}, clauses: [engine_magic], reason: x}\n",
+     "expectations[0].clauses[0]: expected a clause id, got 'engine_magic'"),
+])
+def test_malformed_engine_matrix(tmp_path, text, says):
+    path = write(tmp_path, text)
+    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
+    with pytest.raises(MatrixError) as info:
+        matrix.load(path)
+    assert says in str(info.value)
