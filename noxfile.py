@@ -90,6 +90,7 @@ def engine(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks: round-trip examples per second per clause (writes benchmarks/results/)."""
-    _install(session)
-    session.run("python", "benchmarks/bench_store_clauses.py", *session.posargs)
+    """Benchmarks: store round trips per second per clause; engine-tier time to verdict and starts."""
+    _install_engine_stack(session)
+    session.run("python", "benchmarks/bench_store_clauses.py")
+    session.run("python", "benchmarks/bench_engine_tier.py", *session.posargs)

@@ -48,9 +48,11 @@ def run_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s: flo
             proc.wait(timeout=timeout_s)
             timed_out = False
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the engine and anything it started
-            proc.wait()
             timed_out = True
+        # Always: an engine core or worker the child spawned must not outlive it (they would
+        # hold memory and cores for the rest of the run).
+        _kill_group(proc.pid)
+        proc.wait()
     wall = round(time.monotonic() - started, 2)
     tail = log_path.read_text(errors="replace")[-LOG_TAIL:]
     if timed_out:
@@ -61,3 +63,10 @@ def run_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s: flo
         return EngineRun(role, False, error=f"exited {proc.returncode} without a result (crashed)",
                          log_tail=tail, wall_s=wall)
     return EngineRun(role, bool(result.get("ok")), result, result.get("error", ""), tail, wall)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

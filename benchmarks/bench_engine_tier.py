@@ -1,0 +1,59 @@
+"""The engine tier's time to verdict and engine starts per cell.
+
+Runs the real engine tier (``pytest --pyargs conformance --kv-connector ...``) for each cell
+given, reads the engine timings from the results file, and writes
+``benchmarks/results/engine_tier.json``: per cell, the wall time to a verdict, how many
+engines were started, each engine's process wall time and vLLM start time.
+
+    python benchmarks/bench_engine_tier.py [--cell ExampleConnector:auto ...] [--engine-python PY]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_cell(connector: str, dtype: str, python: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "r.json"
+        started = time.monotonic()
+        subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance", "-q", "-p", "no:cacheprovider",
+                        f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}", f"--kv-engine-python={python}",
+                        f"--kv-results={out}", f"--basetemp={tmp}/base"], cwd=HERE.parent, capture_output=True)
+        wall = time.monotonic() - started
+        doc = json.loads(out.read_text())
+    timings = doc["connector"]["engine_timings"]
+    engines = {k: v for k, v in timings.items() if isinstance(v, dict)}
+    return {"connector": connector, "kv_cache_dtype": dtype, "time_to_verdict_s": round(wall, 1),
+            "engine_starts": len(engines), "engines": engines,
+            "lmcache_server_ready_s": timings.get("lmcache_server_ready_s"),
+            "verdicts": {t["clause"]: t["status"] for t in doc["tests"]},
+            "packages": doc["environment"]["packages"], "cpu": doc["environment"]["cpu"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cell", action="append", default=None, metavar="CONNECTOR:DTYPE")
+    parser.add_argument("--engine-python", default=sys.executable)
+    args = parser.parse_args()
+    cells = args.cell or ["ExampleConnector:auto", "ExampleConnector:fp8_e5m2",
+                          "LMCacheMPConnector:auto", "LMCacheMPConnector:fp8_e5m2"]
+    rows = [run_cell(*c.split(":"), args.engine_python) for c in cells]
+    path = HERE / "results" / "engine_tier.json"
+    path.write_text(json.dumps(rows, indent=2) + "\n")
+    for r in rows:
+        print(f"{r['connector']:<20} {r['kv_cache_dtype']:<9} {r['time_to_verdict_s']:>7}s to verdict, "
+              f"{r['engine_starts']} engine starts")
+    print(f"written to {path.relative_to(HERE.parent)}")
+
+
+if __name__ == "__main__":
+    main()
