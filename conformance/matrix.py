@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import yaml
 
 from conformance.clauses import CLAUSES
-from conformance.spec import KV_CACHE_DTYPES
+from conformance.names import KV_CACHE_DTYPE_NAMES
 
 SCHEMA = "kvconform.matrix/1"
 PROFILES = ("dev", "ci", "deep", "certify")
@@ -86,7 +86,7 @@ class Matrix:
                 continue
             for model in spec["models"]:
                 for dtype in spec["kv_cache_dtypes"]:
-                    coords = {"connector": name, "model": model, "kv_cache_dtype": dtype}
+                    coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": dtype}
                     args = (f"--kv-connector={spec['connector']}", f"--model={model}", f"--kv-cache-dtype={dtype}",
                             *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])]
                               if spec.get("extra_config") else []))
@@ -165,7 +165,7 @@ def load(path: Path) -> Matrix:
               {"connector", "models", "kv_cache_dtypes", "tiers"})
         _expect(isinstance(spec["connector"], str), path, f"{where}.connector", "a registry name or module:Class")
         _expect(isinstance(spec.get("extra_config", {}), dict), path, f"{where}.extra_config", "a mapping")
-        for key, valid in (("models", model_profiles(path)), ("kv_cache_dtypes", list(KV_CACHE_DTYPES))):
+        for key, valid in (("models", model_profiles(path)), ("kv_cache_dtypes", list(KV_CACHE_DTYPE_NAMES))):
             value = spec[key]
             _expect(isinstance(value, list) and value, path, f"{where}.{key}", f"a non-empty list from {valid}")
             for i, v in enumerate(value):

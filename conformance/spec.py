@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import torch
 
 from conformance.formats import BF16, E4M3FN, E5M2, FP16, FP32, INT8, ElementFormat
+from conformance.names import KV_CACHE_DTYPE_NAMES
 
 
 class KVSpecError(ValueError):
@@ -42,6 +43,8 @@ KV_CACHE_DTYPES: Mapping[str, tuple[torch.dtype | None, ElementFormat | None]] =
     "fp8_ds_mla": (torch.uint8, E4M3FN),  # DeepSeek sparse MLA: 656-byte packed tokens
     "int8": (torch.int8, INT8),
 }
+
+assert tuple(KV_CACHE_DTYPES) == KV_CACHE_DTYPE_NAMES  # sanity check: one list of names
 
 MODEL_DTYPES: Mapping[str, ElementFormat] = {
     "bfloat16": BF16,
