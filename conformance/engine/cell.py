@@ -93,16 +93,10 @@ class EngineCell:
 
     # -- connector infrastructure ---------------------------------------------------------------
     @property
-    def is_example(self) -> bool:
-        return self.connector.name in ("ExampleConnector", "SharedStorageConnector")
-
-    @property
     def is_lmcache_mp(self) -> bool:
         return self.connector.name == "LMCacheMPConnector" and "lmcache.mp.port" not in self.connector.extra_config
 
     def _connector_extra(self) -> dict[str, Any]:
-        if self.is_example:
-            return {"shared_storage_path": str(self.storage)}
         if self.is_lmcache_mp:
             if self.server is None:
                 self.server = LMCacheServer(self.workdir / "lmcache-server.log", chunk_size=2 * self.block_size,
@@ -112,16 +106,19 @@ class EngineCell:
                 except (RuntimeError, TimeoutError) as exc:
                     raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
             return self.server.connector_config()
-        return {}
+        # ExampleConnector and anything derived from it write here; its default, /tmp, is shared
+        # by every run on the machine, and it keys KV by token ids alone. Other connectors
+        # ignore the key.
+        return {"shared_storage_path": str(self.storage)}
 
     def lose_storage(self) -> str:
         """Damage what the store engine wrote; say how. Not runnable for storage we cannot reach."""
-        if self.is_example:
-            files = sorted(self.storage.rglob("*.safetensors"))
+        files = sorted(p for p in self.storage.rglob("*") if p.is_file())
+        if files:
             for f in files:
                 data = f.read_bytes()
                 f.write_bytes(data[: len(data) // 2])  # truncated mid-tensor, as a full disk leaves it
-            return f"truncated {len(files)} stored files to half their size"
+            return f"truncated the {len(files)} files the connector stored to half their size"
         if self.is_lmcache_mp and self.server is not None:
             self.server.restart()
             return "restarted the LMCache server (its L1 store is lost)"
