@@ -41,14 +41,19 @@ def _identical(cell, got, want, batches, clause_id, what):
                                          f"{len(problems)} request(s): " + "; ".join(problems[:3]))
 
 
-@clause("engine_store_then_load")
-def test_engine_store_then_load(cell):
+def _stored_then_loaded(cell, clause_id):
+    """(baseline, load) runs, after the store engine ran; Not runnable when vLLM cannot run the cell."""
     try:
         base = cell.baseline()
     except NotRunnable as exc:
         _not_runnable(exc)
-    _connector_run(cell, "store", "engine_store_then_load")
-    load = _connector_run(cell, "load", "engine_store_then_load")
+    _connector_run(cell, "store", clause_id)
+    return base, _connector_run(cell, "load", clause_id)
+
+
+@clause("engine_store_then_load")
+def test_engine_store_then_load(cell):
+    base, load = _stored_then_loaded(cell, "engine_store_then_load")
     hits = external_hits(load)
     if hits <= 0:
         raise ClauseViolation("engine_store_then_load", (
@@ -101,28 +106,16 @@ def test_engine_format_isolation(cell):
 
 @clause("engine_block_boundaries")
 def test_engine_block_boundaries(cell):
-    try:
-        base = cell.baseline()
-    except NotRunnable as exc:
-        _not_runnable(exc)
-    _connector_run(cell, "store", "engine_block_boundaries")
-    load = _connector_run(cell, "load", "engine_block_boundaries")
+    base, load = _stored_then_loaded(cell, "engine_block_boundaries")
     _identical(cell, load, base, ["boundaries", "extends"], "engine_block_boundaries",
                f"with block size {cell.block_size}, engine B")
 
 
 @clause("engine_concurrent_requests")
 def test_engine_concurrent_requests(cell):
-    try:
-        base = cell.baseline()
-    except NotRunnable as exc:
-        _not_runnable(exc)
-    _connector_run(cell, "store", "engine_concurrent_requests")
-    load = _connector_run(cell, "load", "engine_concurrent_requests")
+    base, load = _stored_then_loaded(cell, "engine_concurrent_requests")
     _identical(cell, load, base, ["concurrent"], "engine_concurrent_requests",
                "a batch of concurrent requests in engine B")
-
-
 @clause("engine_lost_storage")
 def test_engine_lost_storage(cell):
     try:
