@@ -42,6 +42,7 @@ class Cell:
     tier: Tier
     coordinates: Mapping[str, str] = field(default_factory=dict)
     expected_failures: Mapping[str, str] = field(default_factory=dict)  # clause -> reason
+    intermittent: Mapping[str, str] = field(default_factory=dict)  # may Pass or Fail: clause -> reason
 
     @property
     def id(self) -> str:
@@ -100,7 +101,7 @@ class Matrix:
         for e in self.expectations:
             if e.matches(cell.coordinates):
                 expected.update({c: e.reason for c in e.clauses})
-        return Cell(cell.name, cell.kind, cell.args, cell.tier, cell.coordinates, expected)
+        return Cell(cell.name, cell.kind, cell.args, cell.tier, cell.coordinates, expected, cell.intermittent)
 
 
 def control_cells(tier: Tier, checkout: Path) -> list[Cell]:
@@ -112,7 +113,7 @@ def control_cells(tier: Tier, checkout: Path) -> list[Cell]:
     except ImportError as exc:
         raise MatrixError(f"{checkout}: controls are enabled but fixtures.zoo cannot be imported ({exc})") from None
     return [Cell(f"zoo.{name}", "store", (f"--kv-store={m.target}",), tier, {"store": f"zoo.{name}"},
-                 {c: m.bug for c in m.fails}) for name, m in sorted(ZOO.items())]
+                 {c: m.bug for c in m.fails}, {c: m.bug for c in m.may_fail}) for name, m in sorted(ZOO.items())]
 
 
 def _expect(cond: bool, path: Path, where: str, what: str) -> None:

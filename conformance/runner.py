@@ -89,8 +89,15 @@ def _error_document(cell: Cell, problem: str, output: str) -> dict[str, Any]:
 
 
 def apply_expectations(doc: dict[str, Any], cell: Cell) -> None:
-    """Known failures become XFail; a known failure that passed becomes XPass (a stale expectation)."""
+    """Known failures become XFail; a known failure that passed becomes XPass (a stale expectation).
+
+    An intermittent one (may pass, may fail) becomes XFail when it fails and stays Pass otherwise.
+    """
     for test in doc["tests"]:
+        maybe = cell.intermittent.get(test["clause"])
+        if maybe is not None and test["status"] == Status.FAIL.value:
+            test["status"], test["expected"] = Status.XFAIL.value, maybe
+            continue
         reason = cell.expected_failures.get(test["clause"])
         if reason is None:
             continue

@@ -14,7 +14,7 @@ def error_lines(output: str) -> list[str]:
 @pytest.mark.parametrize("store, says", [
     ("no.such:thing", "cannot import 'no.such' (no module named 'no')"),
     ("conformance.stores.memory:nope", "has no attribute 'nope'"),
-    ("memroy", "neither 'module:factory' nor a registered store name (registered: file, memory"),
+    ("memroy", "neither 'module:factory' nor a registered store name (registered: file, lmcache-cpu"),
 ])
 def test_bad_store_is_one_clear_line(run_suite, store, says):
     run = run_suite(f"--kv-store={store}")

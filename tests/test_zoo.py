@@ -25,8 +25,9 @@ def test_known_bad_store_fails_exactly_its_clauses(run_suite, name):
     member = ZOO[name]
     run = run_suite(f"--kv-store={member.target}", "--kv-profile=ci")
     assert run.returncode == 1, run.output[-3000:]
-    assert run.failed_clauses() == set(member.fails), f"{name}: {member.bug}"
-    others = {c: s for c, s in run.statuses().items() if c not in member.fails}
+    failed = run.failed_clauses()
+    assert member.fails <= failed <= member.fails | member.may_fail, f"{name}: {member.bug}: {failed}"
+    others = {c: s for c, s in run.statuses().items() if c not in member.fails | member.may_fail}
     assert set(others.values()) <= {"Pass", "Disabled"}, others
     for test in run.results["tests"]:
         if test["status"] == "Fail":
@@ -35,7 +36,8 @@ def test_known_bad_store_fails_exactly_its_clauses(run_suite, name):
 
 def test_zoo_names_only_known_clauses():
     for member in ZOO.values():
-        assert member.fails and member.fails <= set(CLAUSES), member
+        assert member.fails and member.fails | member.may_fail <= set(CLAUSES), member
+        assert not member.fails & member.may_fail, member
 
 
 def test_hanging_store_is_error_and_the_run_finishes(run_suite):
