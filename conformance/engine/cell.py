@@ -185,6 +185,13 @@ class EngineCell:
             raise NotRunnable(f"vLLM cannot run {self.model.name} with kv_cache_dtype={dtype} here: {engine.error}")
         return engine
 
+    def versions(self) -> dict[str, str]:
+        """Package versions reported by the engines (vLLM, LMCache, torch as the engine saw them)."""
+        for run in self.runs.values():
+            if run.result.get("versions"):
+                return run.result["versions"]
+        return {}
+
     def timings(self) -> dict[str, Any]:
         return {role: {"wall_s": r.wall_s, "engine_start_s": r.result.get("t_engine_start_s"),
                        "batches_s": r.result.get("t_batches_s")} for role, r in self.runs.items()} | {

