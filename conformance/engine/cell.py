@@ -132,7 +132,7 @@ class EngineCell:
     def _spec(self, kv_cache_dtype: str, connector: bool, batches: list[str]) -> dict[str, Any]:
         spec: dict[str, Any] = {"model": str(self.model), "kv_cache_dtype": kv_cache_dtype,
                                 "block_size": self.block_size, "batches": [self.batches[b] for b in batches],
-                                "multiprocessing": self.is_lmcache_mp or self.connector.name == "LMCacheMPConnector"}
+                                "multiprocessing": self.connector.name == "LMCacheMPConnector"}
         if connector:
             spec["connector"] = self.connector.transfer_config(self._connector_extra())
         return spec
