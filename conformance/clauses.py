@@ -32,6 +32,7 @@ class Clause:
 
 _STORE = "store"
 _ENGINE = "engine"
+_CONNECTOR = "connector"
 CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("byte_exact_roundtrip", _STORE,
            "get returns, byte for byte, the logical content that put was given (NaN payloads, "
@@ -79,6 +80,20 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("engine_lost_storage", _ENGINE,
            "with the storage lost or truncated between store and load, the engine recomputes or "
            "fails clearly (per kv_load_failure_policy); it never returns wrong tokens"),
+    Clause("api_save_load_roundtrip", _CONNECTOR,
+           "driven through vLLM's own hooks, a fresh connector pair loads into other blocks of a fresh "
+           "cache, byte for byte, every layer of every token it claims, as the first pair saved it: in "
+           "every KV cache layout the installed vLLM allocates and every kv_cache_dtype (NaN payloads, "
+           "-0, subnormals, fp8 specials); and it loads something"),
+    Clause("api_no_collateral_writes", _CONNECTOR,
+           "saving leaves the paged cache untouched, and loading writes only into the blocks of the "
+           "request it loads: a neighbour request's blocks and free blocks keep their bytes"),
+    Clause("api_partial_prefix", _CONNECTOR,
+           "a request sharing only the first k tokens of a stored prompt loads at most k tokens, and "
+           "exactly their bytes"),
+    Clause("api_format_isolation", _CONNECTOR,
+           "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
+           "same storage loads nothing or reports the load failed: never the other format's bytes"),
 )}
 assert CLAUSES, "no clauses defined"  # sanity check
 

@@ -1,4 +1,5 @@
-"""A watchdog around the store under test: a hung call becomes an *Error*, never a hung CI.
+"""A watchdog around the implementation under test (a store, a connector): a hung call becomes an
+*Error*, never a hung CI.
 
 Every call runs on a daemon thread and is awaited with a timeout. A call that times out
 leaves its thread stuck (Python cannot kill it), so the store is marked hung and every later
@@ -20,22 +21,23 @@ class StoreTimeout(HarnessError):
     pass
 
 
-class GuardedStore:
-    """Forwards attribute access to ``store``; calls to its methods are timed out."""
+class Guarded:
+    """Forwards attribute access to ``target``; calls to its methods are timed out."""
 
-    def __init__(self, store: Any, *, name: str, timeout_s: float) -> None:
-        self._store = store
+    noun = "object"
+
+    def __init__(self, target: Any, *, name: str, timeout_s: float) -> None:
+        self._target = target
         self._name = name
         self._timeout_s = timeout_s
         self._hung: str | None = None
-        self.capabilities = frozenset(store.capabilities)
 
     @property
     def inner(self) -> Any:
-        return self._store
+        return self._target
 
     def __getattr__(self, attr: str) -> Any:
-        target = getattr(self._store, attr)
+        target = getattr(self._target, attr)
         if not callable(target):
             return target
 
@@ -52,19 +54,29 @@ class GuardedStore:
             worker.start()
             worker.join(self._timeout_s)
             if not outcome:
-                self._hung = f"{attr}() after {self._timeout_s:g}s (raise --kv-timeout if the store is merely slow)"
+                self._hung = (f"{attr}() after {self._timeout_s:g}s (raise --kv-timeout if the {self.noun} "
+                              "is merely slow)")
         if self._hung is not None:
             # One raise site, so Hypothesis sees the same failure on every replay.
-            raise StoreTimeout(f"{self._name}.{attr}: the store hung in {self._hung}; "
+            raise StoreTimeout(f"{self._name}.{attr}: the {self.noun} hung in {self._hung}; "
                                "no later call is attempted")
         ok, value = outcome[0]
         if not ok:
             raise value
         return value
 
+
+
+class GuardedStore(Guarded):
+    noun = "store"
+
+    def __init__(self, store: Any, *, name: str, timeout_s: float) -> None:
+        super().__init__(store, name=name, timeout_s=timeout_s)
+        self.capabilities = frozenset(store.capabilities)
+
     def close(self) -> None:
         if self._hung is None:
-            self._call("close", self._store.close, (), {})
+            self._call("close", self._target.close, (), {})
 
 
 def _capture(outcome: list[Any], target: Any, args: tuple, kwargs: dict) -> None:

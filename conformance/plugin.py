@@ -21,6 +21,8 @@ KV_TIMEOUT_OPTION = "--kv-timeout"
 KV_RESULTS_OPTION = "--kv-results"
 KV_DTYPES_OPTION = "--kv-cache-dtypes"
 KV_CONNECTOR_OPTION = "--kv-connector"
+KV_TIERS_OPTION = "--kv-tiers"
+TIERS = ("store", "connector", "engine")
 _STATE = "_kvconform_state"
 
 
@@ -52,6 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "$KVCONFORM_ENGINE_PYTHON, else this one)")
     engine.addoption("--kv-engine-timeout", type=float, default=420.0, metavar="SECONDS",
                      help="an engine that takes longer is killed and its scenarios are Error")
+    group.addoption(KV_TIERS_OPTION, default=None, metavar="LIST",
+                    help="comma-separated tiers to run among store, connector (the connector-API tier) and "
+                         "engine (default: every tier whose implementation is chosen)")
     group.addoption(KV_RESULTS_OPTION, default=None, metavar="PATH",
                     help="write the results JSON (schema kvconform.results/1) to PATH")
 
@@ -91,12 +96,14 @@ def _activate(state: _State) -> None:
     from hypothesis import settings
 
     from conformance import loader
+    from conformance import profiles
     from conformance.profiles import register_profiles
 
     from conformance.strategies import restrict_kv_cache_dtypes
 
     register_profiles()
     settings.load_profile(state.profile)
+    profiles.ACTIVE[0] = state.profile
     state.active = True
     if state.kv_cache_dtypes:
         try:
@@ -117,11 +124,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tiers = {id(item): c.tier for item in items if (c := clause_of(item)) is not None}
     if not tiers:
         return
-    chosen = {"store": bool(state.store_spec), "engine": bool(state.connector_spec)}
+    chosen = {"store": bool(state.store_spec), "engine": bool(state.connector_spec),
+              "connector": bool(state.connector_spec)}
     if not any(chosen.values()):
         raise pytest.UsageError(
             "kvconform: no store chosen: pass --kv-store module:factory (or a registered name "
-            "such as 'memory'), or set KVCONFORM_STORE; for the engine tier pass --kv-connector")
+            "such as 'memory'), or set KVCONFORM_STORE; for the connector-API and engine tiers pass --kv-connector")
+    wanted = config.getoption(KV_TIERS_OPTION)
+    if wanted:
+        names = [t.strip() for t in wanted.split(",") if t.strip()]
+        unknown = [t for t in names if t not in TIERS]
+        if unknown:
+            raise pytest.UsageError(f"kvconform: {KV_TIERS_OPTION}: unknown tier {unknown[0]!r}; valid: {', '.join(TIERS)}")
+        chosen = {t: ok and t in names for t, ok in chosen.items()}
     # A tier whose implementation was not chosen is not collected (like -k), not failed.
     keep = [item for item in items if chosen.get(tiers.get(id(item), ""), True)]
     dropped = [item for item in items if item not in keep]
@@ -217,6 +232,30 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     cell.close()
     request.config.stash[_TIMINGS] = cell.timings()
     request.config.stash[_VERSIONS] = cell.versions()
+
+
+@pytest.fixture(scope="session")
+def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The connector-API tier's harness for the chosen connector and model (Not runnable when no
+    shim covers the installed vLLM)."""
+    from conformance.connector_api.eras import EraUnavailable
+    from conformance.connector_api.session import open_harness
+    from conformance.engine.cell import ConnectorChoice
+    from conformance.status import NOT_RUNNABLE_PREFIX
+
+    opt = request.config.getoption
+    try:
+        connector = ConnectorChoice.parse(_state(request.config).connector_spec,
+                                          opt("--kv-connector-extra-config"), opt("--kv-role"))
+    except ValueError as exc:
+        pytest.exit(f"kvconform: {exc}", returncode=4)
+    try:
+        harness, close = open_harness(connector, opt("--model"), tmp_path_factory.mktemp("connector-api"),
+                                      timeout_s=opt(KV_TIMEOUT_OPTION))
+    except EraUnavailable as exc:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+    yield harness
+    close()
 
 
 def _model_dir(model: str, python: str) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 _COMMON: dict[str, Any] = {
     "deadline": None,  # a store's first call may open files or sockets: timing is not a clause
@@ -25,6 +25,21 @@ PROFILES: dict[str, dict[str, Any]] = {
     "certify": {"max_examples": 120, "derandomize": True, "print_blob": True, "database": None,
                 "stateful_step_count": 40},
 }
+
+
+# Profiles whose runs must end soon even when they fail: the connector-API tier's examples are
+# two engine lifetimes each (~0.1 s), and shrinking a failure there can take minutes. The first
+# failing example is reported as found, with its seed; `dev` and `deep` still shrink.
+NO_SHRINK = ("ci",)
+ACTIVE: list[str] = ["dev"]  # the profile the plugin loaded
+_NO_SHRINK_PHASES = (Phase.explicit, Phase.reuse, Phase.generate)
+
+
+def costly_example_settings(profile: str | None = None) -> settings:
+    """Settings for tests whose examples are costly: the profile's, minus shrinking under ``NO_SHRINK``."""
+    profile = profile or ACTIVE[0]
+    base = settings.get_profile(profile)
+    return settings(base, phases=_NO_SHRINK_PHASES) if profile in NO_SHRINK else base
 
 
 def register_profiles() -> None:

@@ -115,11 +115,17 @@ def bit_patterns(draw: st.DrawFn, spec: KVSpec, *, max_overrides: int = 24) -> t
     NaN payloads, subnormals, extremes) at drawn positions; sometimes a whole tensor of one
     special value.
     """
-    fmt = spec.element_format
+    bits = draw(raw_bit_patterns(spec.element_format, spec.layer_nbytes, max_overrides=max_overrides))
+    return bits.view(spec.storage_dtype).view(spec.layer_shape)
+
+
+@st.composite
+def raw_bit_patterns(draw: st.DrawFn, fmt: ElementFormat, nbytes: int, *, max_overrides: int = 24) -> torch.Tensor:
+    """``nbytes`` of ``fmt`` elements as a flat tensor of raw bits (see ``bit_patterns``)."""
     specials = special_bit_patterns(fmt)
-    numel = spec.layer_nbytes // spec.storage_dtype.itemsize
+    numel = nbytes // (fmt.bits // 8)
     seed = draw(st.integers(0, 2**32 - 1), label="seed")
-    raw = np.random.default_rng(seed).integers(0, 256, spec.layer_nbytes, dtype=np.uint8)
+    raw = np.random.default_rng(seed).integers(0, 256, numel * (fmt.bits // 8), dtype=np.uint8)
     bits = torch.from_numpy(raw).view(bits_dtype(fmt))
     if draw(st.booleans(), label="uniform_special"):
         name = draw(st.sampled_from(sorted(specials)), label="uniform_value")
@@ -128,7 +134,7 @@ def bit_patterns(draw: st.DrawFn, spec: KVSpec, *, max_overrides: int = 24) -> t
                               max_size=max_overrides), label="overrides")
     for index, name in overrides:
         bits[index] = _signed(specials[name], fmt.bits)
-    return bits.view(spec.storage_dtype).view(spec.layer_shape)
+    return bits
 
 
 def _signed(pattern: int, bits: int) -> int:

@@ -1,0 +1,47 @@
+"""What an era shim provides: vLLM's own objects, built the way that vLLM version builds them."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol, Sequence
+
+import torch
+
+
+class EraUnavailable(Exception):
+    """The installed vLLM lacks what this era needs (the message names the missing piece)."""
+
+
+class Era(Protocol):
+    name: str
+    vllm_version: str
+
+    def layouts(self) -> list[str]:
+        """Every KV cache layout this vLLM defines (its own names)."""
+
+    def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
+                    layout: str, block_size: int) -> Any:
+        """A real ``VllmConfig`` for the CPU device with the connector configured."""
+
+    def storage_dtype(self, config: Any) -> torch.dtype:
+        """The torch dtype vLLM allocates for the config's kv_cache_dtype (uint8 for every fp8)."""
+
+    def allocate(self, config: Any, layer_names: Sequence[str], num_blocks: int,
+                 mla: bool) -> tuple[Any, dict[str, torch.Tensor]]:
+        """(KVCacheConfig, layer name -> paged KV view) as vLLM's model runner allocates them."""
+
+    def token_kv(self, cache: torch.Tensor, block: int, offset: int) -> torch.Tensor:
+        """The KV of the token at ``offset`` of ``block`` in one layer's view."""
+
+    def make_scheduler(self, config: Any, kv_cache_config: Any) -> Any: ...
+
+    def make_worker_connector(self, config: Any, kv_cache_config: Any) -> Any: ...
+
+    def make_request(self, request_id: str, prompt: Sequence[int], block_size: int) -> Any: ...
+
+    def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
+                        mla: bool) -> Any:
+        """The model runner's connector hooks for one step; returns the KVConnectorOutput."""
+
+    def model_runner_output(self, scheduler: Any, scheduler_output: Any, connector_output: Any,
+                            token: int) -> Any:
+        """A ModelRunnerOutput that samples ``token`` for every request whose prefill completed."""

@@ -1,0 +1,157 @@
+"""Drives the connector under test through one engine's lifetime, without an engine.
+
+A *run* is what one engine would do: a fresh ``VllmConfig``, KV caches allocated by vLLM in
+the drawn layout and filled with drawn bit patterns (what "the model computed"), the real
+vLLM scheduler with the scheduler-side connector, a worker-side connector registered on the
+caches, and model-runner steps until every request finished. The store run and the load run
+are two runs: nothing is shared between them but the connector's own storage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from conformance.connector_api.eras import Era
+from conformance.engine.cell import ConnectorChoice
+from conformance.guard import Guarded, HarnessError
+
+SAMPLED_TOKEN = 0
+# fill(backing bytes, the dtype vLLM allocated, the model dtype): writes what "the model computed".
+Filler = Callable[[torch.Tensor, torch.dtype, str], None]
+MAX_STEPS = 64
+
+
+class ConnectorRaised(Exception):
+    """The connector under test raised from one of its hooks (a conformance failure)."""
+
+    def __init__(self, phase: str, exc: BaseException) -> None:
+        super().__init__(f"{phase}: {type(exc).__name__}: {exc}")
+        self.phase, self.exc = phase, exc
+
+
+@dataclass
+class Run:
+    """What one engine's lifetime left behind, for the clauses to compare byte by byte."""
+
+    kv_cache_dtype: str
+    layout: str
+    block_size: int
+    mla: bool
+    caches: dict[str, torch.Tensor]
+    before: torch.Tensor  # the backing allocation's bytes after the fill, before any hook ran
+    blocks: dict[str, list[int]] = field(default_factory=dict)  # request id -> its block ids
+    external_tokens: dict[str, int] = field(default_factory=dict)  # request id -> tokens loaded
+    load_errors: set[int] = field(default_factory=set)  # block ids the connector said failed
+
+    @property
+    def after(self) -> torch.Tensor:
+        return backing_bytes(self.caches)
+
+
+def backing_bytes(caches: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The one allocation every layer view shares, as flat bytes (no copy)."""
+    storage = next(iter(caches.values())).untyped_storage()
+    return torch.empty(0, dtype=torch.uint8).set_(storage)
+
+
+@dataclass
+class ConnectorHarness:
+    """The connector under test on one model geometry, run after run."""
+
+    era: Era
+    connector: ConnectorChoice
+    model: Path
+    workdir: Path
+    num_blocks: int = 64
+    timeout_s: float = 60.0
+    extra_config: Mapping[str, Any] = field(default_factory=dict)  # what the suite started (servers)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(json.loads((self.model / "config.json").read_text())["vocab_size"])
+
+    def run(self, *, kv_cache_dtype: str, layout: str, block_size: int,
+            requests: Sequence[tuple[str, Sequence[int]]], fill: Filler,
+            storage: str) -> Run:
+        """One engine's lifetime: ``requests`` scheduled in order, each prefilled and finished."""
+        era = self.era
+        transfer = self.connector.transfer_config({"shared_storage_path": str(self.workdir / storage),
+                                                   **self.extra_config})
+        config = era.make_config(model=str(self.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype,
+                                 layout=layout, block_size=block_size)
+        mla = bool(config.model_config.use_mla)
+        layer_names = [f"model.layers.{i}.self_attn.attn"
+                       for i in range(config.model_config.get_num_layers(config.parallel_config))]
+        kv_cache_config, caches = era.allocate(config, layer_names, self.num_blocks, mla)
+        raw = backing_bytes(caches)
+        fill(raw, era.storage_dtype(config), str(config.model_config.dtype).removeprefix("torch."))
+        run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
+        scheduler = self._guarded(self._built("scheduler", era.make_scheduler, config, kv_cache_config),
+                                  "scheduler")
+        worker = self._guarded(self._built("worker connector", era.make_worker_connector, config, kv_cache_config),
+                               "worker connector")
+        try:
+            self._hook("register_kv_caches", worker.register_kv_caches, caches)
+            for request_id, prompt in requests:
+                self._hook("scheduler", scheduler.add_request, era.make_request(request_id, prompt, block_size))
+            self._steps(scheduler, worker, run)
+        except BaseException:
+            self._shutdown(worker, scheduler, quiet=True)
+            raise
+        self._shutdown(worker, scheduler, quiet=False)
+        return run
+
+    def _shutdown(self, worker: Guarded, scheduler: Guarded, *, quiet: bool) -> None:
+        """Both connectors' shutdown hooks (the scheduler's runs its own); quiet while failing."""
+        for part in (worker, scheduler):
+            try:
+                self._hook("shutdown", part.shutdown)
+            except (ConnectorRaised, HarnessError):
+                if not quiet:
+                    raise
+
+    def _steps(self, scheduler: Any, worker: Any, run: Run) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        for _ in range(MAX_STEPS):
+            if not scheduler.inner.has_requests():
+                return
+            if time.monotonic() > deadline:
+                break
+            out = self._hook("scheduler", scheduler.schedule)
+            for new in out.scheduled_new_reqs:
+                run.blocks[new.req_id] = list(new.block_ids[0])
+                run.external_tokens[new.req_id] = new.num_computed_tokens
+            connector_output = self._hook("worker hooks", self.era.run_worker_step, worker, out, run.caches, run.mla)
+            run.load_errors |= set(connector_output.invalid_block_ids or ())
+            result = self.era.model_runner_output(scheduler.inner, out, connector_output, SAMPLED_TOKEN)
+            self._hook("scheduler", scheduler.update_from_output, out, result)
+        left = sorted(scheduler.inner.requests)
+        raise HarnessError(f"{self.connector.label}: requests {left} did not finish within {MAX_STEPS} steps "
+                           f"or {self.timeout_s:g}s (an async load or save that never completes?)")
+
+    def _guarded(self, target: Any, name: str) -> Guarded:
+        return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s)
+
+    @staticmethod
+    def _built(phase: str, make: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return make(*args)
+        except HarnessError:
+            raise
+        except Exception as exc:
+            raise ConnectorRaised(f"building the {phase}", exc) from exc
+
+    @staticmethod
+    def _hook(phase: str, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except HarnessError:
+            raise
+        except Exception as exc:
+            raise ConnectorRaised(phase, exc) from exc

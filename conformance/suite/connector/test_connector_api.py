@@ -1,0 +1,176 @@
+"""Connector-API clauses: the connector under test driven through vLLM's hooks on synthetic caches.
+
+Each example is two engine lifetimes without an engine (see ``conformance.connector_api``): a
+store run whose "model" wrote drawn bit patterns into a cache of a drawn layout and dtype, and a
+load run of a fresh connector pair into another cache filled with other patterns. The load run
+schedules a neighbour request first, so the loaded request's blocks differ from the stored ones.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from conformance.asserts import ClauseViolation
+from conformance.clauses import clause, count_examples
+from conformance.connector_api import checks
+from conformance.connector_api.harness import ConnectorRaised, Run
+from conformance.connector_api.scenarios import (BLOCK_SIZES, TWINS, filler, kv_cache_dtypes, prompts,
+                                                  seeded_fill, unique_prompts)
+from conformance.profiles import costly_example_settings
+from conformance.strategies import active_kv_cache_dtypes
+
+MAX_PROMPT_BLOCKS = 5
+
+
+def _costly(test):
+    """The active profile's settings without shrinking under ci (see conformance.profiles)."""
+    return costly_example_settings()(test)
+
+
+@contextmanager
+def _connector_faults_fail(clause_id: str) -> Iterator[None]:
+    """An exception from the connector's own hooks is the connector's failure (Fail), with its words."""
+    try:
+        yield
+    except ConnectorRaised as exc:
+        raise ClauseViolation(clause_id, f"the connector raised in {exc}") from exc
+
+
+def _draw_case(data: st.DataObject, api, *, dtypes=None, min_len: int = 1):
+    block_size = data.draw(st.sampled_from(BLOCK_SIZES), label="block_size")
+    dtype = data.draw(dtypes or kv_cache_dtypes(), label="kv_cache_dtype")
+    layout = data.draw(st.sampled_from(api.era.layouts()), label="layout")
+    ps = data.draw(prompts(vocab_size=api.vocab_size, max_len=MAX_PROMPT_BLOCKS * block_size, min_len=min_len),
+                   label="prompts")
+    return block_size, dtype, layout, ps
+
+
+def _store_and_load(api, data, *, block_size, layout, stored, load, dtype, load_dtype=None,
+                    neighbour) -> tuple[Run, Run]:
+    """A store run of ``stored``, then a load run of ``neighbour`` and ``load`` over the same storage.
+
+    ``data`` draws the caches' bit patterns; an int seeds random bytes instead.
+    """
+    load_dtype = load_dtype or dtype
+    fills = ((seeded_fill(data), seeded_fill(data + 1)) if isinstance(data, int)
+             else (filler(data, dtype), filler(data, load_dtype)))
+    storage = f"example-{uuid.uuid4().hex[:12]}"
+    store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=[("stored", stored)],
+                    fill=fills[0], storage=storage)
+    loaded = api.run(kv_cache_dtype=load_dtype, layout=layout, block_size=block_size,
+                     requests=[("neighbour", neighbour), ("load", load)], fill=fills[1], storage=storage)
+    return store, loaded
+
+
+def _where(run: Run, what: str) -> str:
+    return f"[{what}; kv_cache_dtype={run.kv_cache_dtype}, layout={run.layout}, block_size={run.block_size}]"
+
+
+@clause("api_save_load_roundtrip")
+def test_save_load_roundtrip(connector_api):
+    _loads_something(connector_api)
+    _roundtrip_examples(connector_api)
+
+
+def _loads_something(api) -> None:
+    """A long prompt in the most common layout: a connector that never loads is not conformant."""
+    cid = "api_save_load_roundtrip"
+    ps = unique_prompts(api.vocab_size, 8 * 32 + 1, seed=1)
+    prompt = ps.stored
+    with _connector_faults_fail(cid):
+        store, load = _store_and_load(api, 1, block_size=32, layout=api.era.layouts()[0], stored=prompt,
+                                      load=prompt, dtype="auto", neighbour=ps.neighbour)
+    if load.external_tokens.get("load", 0) <= 0:
+        raise ClauseViolation(cid, f"the second connector pair loaded nothing for a {len(prompt)}-token prompt "
+                                   f"the first pair had saved {_where(load, 'probe')}: the connector "
+                                   "saves or loads nothing")
+
+
+@count_examples
+@_costly
+@given(data=st.data())
+def _roundtrip_examples(connector_api, data):
+    cid = "api_save_load_roundtrip"
+    block_size, dtype, layout, ps = _draw_case(data, connector_api)
+    with _connector_faults_fail(cid):
+        store, load = _store_and_load(connector_api, data, block_size=block_size, layout=layout,
+                                      stored=ps.stored, load=ps.stored, dtype=dtype, neighbour=ps.neighbour)
+    n = load.external_tokens.get("load", 0)
+    problems = checks.loaded_differences(store, "stored", load, "load", n)
+    if problems:
+        raise ClauseViolation(cid, f"loaded bytes differ from the saved ones {_where(load, f'{n} tokens loaded')}: "
+                                   + "; ".join(problems))
+
+
+@clause("api_no_collateral_writes")
+@_costly
+@given(data=st.data())
+def test_no_collateral_writes(connector_api, data):
+    cid = "api_no_collateral_writes"
+    block_size, dtype, layout, ps = _draw_case(data, connector_api)
+    with _connector_faults_fail(cid):
+        store, load = _store_and_load(connector_api, data, block_size=block_size, layout=layout,
+                                      stored=ps.stored, load=ps.stored, dtype=dtype, neighbour=ps.neighbour)
+    saved = checks.changed_blocks(store, range(next(iter(store.caches.values())).shape[0]))
+    if saved:
+        raise ClauseViolation(cid, f"saving changed the paged cache {_where(store, 'store run')}: "
+                                   + "; ".join(saved))
+    foreign = checks.changed_blocks(load, checks.unowned_blocks(load, "load"))
+    if foreign:
+        raise ClauseViolation(cid, "loading wrote outside the loaded request's blocks "
+                                   f"{load.blocks.get('load')} (neighbour's: {load.blocks.get('neighbour')}) "
+                                   f"{_where(load, 'load run')}: " + "; ".join(foreign))
+
+
+@clause("api_partial_prefix")
+@_costly
+@given(data=st.data())
+def test_partial_prefix(connector_api, data):
+    cid = "api_partial_prefix"
+    block_size, dtype, layout, ps = _draw_case(data, connector_api, min_len=2)
+    k = data.draw(st.integers(0, len(ps.stored) - 1), label="shared_tokens")
+    partial = ps.diverging(k, tail_len=data.draw(st.integers(1, 2 * block_size), label="tail_len"))
+    with _connector_faults_fail(cid):
+        store, load = _store_and_load(connector_api, data, block_size=block_size, layout=layout,
+                                      stored=ps.stored, load=partial, dtype=dtype, neighbour=ps.neighbour)
+    n = load.external_tokens.get("load", 0)
+    what = f"{k} of {len(ps.stored)} tokens shared, {n} loaded"
+    if n > k:
+        raise ClauseViolation(cid, f"loaded {n} tokens for a prompt that shares only its first {k} with the "
+                                   f"stored one: tokens {k}..{n - 1} are another prompt's KV {_where(load, what)}")
+    problems = checks.loaded_differences(store, "stored", load, "load", n)
+    if problems:
+        raise ClauseViolation(cid, f"the shared prefix loaded other bytes {_where(load, what)}: " + "; ".join(problems))
+
+
+@clause("api_format_isolation")
+def test_format_isolation(connector_api):
+    twins = [d for d in TWINS if d in active_kv_cache_dtypes()]
+    if not twins:
+        pytest.skip("no kv_cache_dtype with a twin format in --kv-cache-dtypes")
+    _format_isolation_examples(connector_api, twins)
+
+
+@count_examples
+@_costly
+@given(data=st.data())
+def _format_isolation_examples(connector_api, twins, data):
+    cid = "api_format_isolation"
+    block_size, dtype, layout, ps = _draw_case(data, connector_api, dtypes=st.sampled_from(twins),
+                                               min_len=2 * max(BLOCK_SIZES))
+    twin = TWINS[dtype]
+    with _connector_faults_fail(cid):
+        store, load = _store_and_load(connector_api, data, block_size=block_size, layout=layout,
+                                      stored=ps.stored, load=ps.stored, dtype=dtype, load_dtype=twin,
+                                      neighbour=ps.neighbour)
+    n = load.external_tokens.get("load", 0)
+    failed = set(load.blocks.get("load", ())[: -(-n // block_size)]) <= load.load_errors
+    if n > 0 and not failed:
+        raise ClauseViolation(cid, f"a {twin} connector pair loaded {n} tokens that a {dtype} pair stored: "
+                                   f"it was served the other format's bytes {_where(load, 'twin load')}")
