@@ -19,7 +19,7 @@ PASSING = {"engine_store_then_load", "engine_effective_dtype", "engine_block_bou
 
 
 def engine_suite(run_suite, connector: str, dtype: str, *extra: str):
-    return run_suite(f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}",
+    return run_suite(f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}", "--kv-tiers=engine",
                      f"--kv-engine-python={ENGINE_PYTHON}", *extra, timeout=1800)
 
 

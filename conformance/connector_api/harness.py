@@ -35,6 +35,11 @@ class ConnectorRaised(Exception):
         self.phase, self.exc = phase, exc
 
 
+class LayoutRefused(ConnectorRaised):
+    """The connector declined the layout up front (NotImplementedError while it was built or
+    registered the caches): a clean refusal of a layout vLLM would not pick for it."""
+
+
 @dataclass
 class Run:
     """What one engine's lifetime left behind, for the clauses to compare byte by byte."""
@@ -94,10 +99,16 @@ class ConnectorHarness:
         run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
         scheduler = self._guarded(self._built("scheduler", era.make_scheduler, config, kv_cache_config),
                                   "scheduler")
-        worker = self._guarded(self._built("worker connector", era.make_worker_connector, config, kv_cache_config),
-                               "worker connector")
         try:
-            self._hook("register_kv_caches", worker.register_kv_caches, caches)
+            built = self._built("worker connector", era.make_worker_connector, config, kv_cache_config)
+        except ConnectorRaised as exc:
+            raise LayoutRefused(exc.phase, exc.exc) if isinstance(exc.exc, NotImplementedError) else exc
+        worker = self._guarded(built, "worker connector")
+        try:
+            try:
+                self._hook("register_kv_caches", worker.register_kv_caches, caches)
+            except ConnectorRaised as exc:
+                raise LayoutRefused(exc.phase, exc.exc) if isinstance(exc.exc, NotImplementedError) else exc
             for request_id, prompt in requests:
                 self._hook("scheduler", scheduler.add_request, era.make_request(request_id, prompt, block_size))
             self._steps(scheduler, worker, run)

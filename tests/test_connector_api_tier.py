@@ -1,0 +1,49 @@
+"""The connector-API tier against real connectors on the installed vLLM: vLLM's ExampleConnector,
+LMCacheMPConnector with LMCache's real server, and the known-bad zoo connectors, each failing
+exactly the clauses it breaks. Needs vLLM in this Python: ``nox -s engine``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.engine
+
+API_CLAUSES = {"api_save_load_roundtrip", "api_no_collateral_writes", "api_partial_prefix", "api_format_isolation"}
+ZOO = "fixtures.zoo.connectors."
+# connector -> the clauses it must fail under the ci profile (every other clause must pass).
+EXPECTED = {
+    # Keyed by token ids only, it serves an fp8_e4m3 pair the bytes an fp8_e5m2 pair stored.
+    "ExampleConnector": {"api_format_isolation"},
+    # Against LMCache's real multiprocess server (started by the tier): chunks are keyed by the
+    # torch dtype, uint8 for every fp8 format, so the fp8 twins read each other's chunks.
+    "LMCacheMPConnector": {"api_format_isolation"},
+    ZOO + "noop:NoopConnector": {"api_save_load_roundtrip"},
+    ZOO + "reversed_blocks:ReversedBlocksConnector": {"api_save_load_roundtrip", "api_format_isolation"},
+    ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes", "api_format_isolation"},
+    ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_save_load_roundtrip", "api_format_isolation"},
+}
+
+
+def api_suite(run_suite, connector: str, *extra: str):
+    return run_suite(f"--kv-connector={connector}", "--kv-tiers=connector", "--kv-profile=ci", *extra,
+                     timeout=900)
+
+
+@pytest.mark.parametrize("connector", sorted(EXPECTED))
+def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
+    run = api_suite(run_suite, connector)
+    statuses = run.statuses()
+    assert set(statuses) == API_CLAUSES, run.output[-3000:]
+    failing = {c for c, s in statuses.items() if s != "Pass"}
+    assert failing == EXPECTED[connector], run.output[-3000:]
+    assert {statuses[c] for c in failing} <= {"Fail"}, run.output[-3000:]
+    for test in run.results["tests"]:
+        if test["status"] == "Fail":
+            assert test["message"].startswith(f"[{test['clause']}]"), test["message"]
+
+
+def test_format_isolation_names_both_formats(run_suite):
+    run = api_suite(run_suite, "ExampleConnector", "--kv-cache-dtypes=fp8_e4m3,fp8_e5m2")
+    (iso,) = [t for t in run.results["tests"] if t["clause"] == "api_format_isolation"]
+    assert iso["status"] == "Fail" and "fp8_e4m3" in iso["message"] and "fp8_e5m2" in iso["message"], iso
