@@ -225,7 +225,8 @@ def backends(src: SourceTree) -> dict[str, dict[str, Any]]:
 
 def exports(src: SourceTree) -> dict[str, Any]:
     """Names bound at import time (and child modules) of every module under the connector package and
-    of every module the in-tree connectors import from: what ``from vllm.X import Y`` can be checked against."""
+    of every module the in-tree connectors import from: what ``from vllm.X import Y`` can be checked against;
+    and the names of all modules, so that a module that is gone can be told from one that is not indexed."""
     wanted = {m for m in src.modules if m == CONNECTOR_PACKAGE or m.startswith(CONNECTOR_PACKAGE + ".")}
     for module in list(wanted):
         for node in ast.walk(src.tree(module)):
@@ -236,7 +237,7 @@ def exports(src: SourceTree) -> dict[str, Any]:
         names = {n for node in top_level(src.tree(module).body) for n in _bound_names(node) if not n.startswith("__")}
         children = {m[len(module) + 1:] for m in src.modules if m.startswith(module + ".") and "." not in m[len(module) + 1:]}
         modules[module] = sorted(names | children)
-    return {"covered": [CONNECTOR_PACKAGE], "modules": modules}
+    return {"covered": [CONNECTOR_PACKAGE], "modules": modules, "all_modules": sorted(src.modules)}
 
 
 def fingerprint(src: SourceTree, obtained_by: str = "static") -> dict[str, Any]:
