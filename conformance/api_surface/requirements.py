@@ -193,7 +193,7 @@ class ImportResolver:
         found = self._module(module)
         if not found:
             return found
-        return hasattr(found, name) or bool(importlib.util.find_spec(f"{module}.{name}"))
+        return hasattr(found, name) or (hasattr(found, "__path__") and self.is_module(f"{module}.{name}") is True)
 
 
 def present(resolver: Resolver, r: Requirement) -> bool | None:
