@@ -146,6 +146,14 @@ def test_archives_read_like_the_tree(tiny, tmp_path):
         assert fp["source"]["filename"] == archive.name and len(fp["source"]["sha256"]) == 64
 
 
+def test_api_fingerprint_from_a_tree_writes_a_loadable_file(tiny, tmp_path):
+    out = tmp_path / "fp.json"
+    proc = kvconform("api-fingerprint", "--from", str(tiny), "--out", str(out))
+    assert proc.returncode == 0 and "vLLM 9.9.9 (static) written to" in proc.stdout
+    assert fingerprint.load(out)["registry"]["connectors"]["TinyConnector"]["class"] == "TinyConnector"
+    assert out.read_text() == fingerprint.dumps(fingerprint.load(out))  # sorted keys: stable bytes
+
+
 def test_no_vllm_there_is_one_line(tmp_path):
     with pytest.raises(sources.SourceError, match="no vllm package here"):
         sources.read(tmp_path)
@@ -223,6 +231,8 @@ def test_stale_layout_connector_is_flagged_with_last_seen_version():
         "`get_kv_cache_layout` from vllm.v1.attention.backends.utils: not in vLLM 0.32.0 (last seen in 0.28.0, gone from 0.29.0)",
         "`set_kv_cache_layout` from vllm.v1.attention.backends.utils: not in vLLM 0.32.0 (last seen in 0.28.0, gone from 0.29.0)",
         "overrides `KVConnectorBase_V1.register_cross_layers_kv_cache` of vllm.distributed.kv_transfer.kv_connector.v1.base:"
+        " not in vLLM 0.32.0 (last seen in 0.28.0, gone from 0.29.0)",
+        "calls `KVConnectorBase_V1.register_cross_layers_kv_cache` of vllm.distributed.kv_transfer.kv_connector.v1.base:"
         " not in vLLM 0.32.0 (last seen in 0.28.0, gone from 0.29.0)",
     ]
     assert requirements.check_requirements(ZOO / "stale_layout_api.py", committed("0.19.1")) == []

@@ -74,6 +74,7 @@ class _Scanner(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}
         self.base_module = BASE_MODULE
         self.connector_classes = {BASE_CLASS}
+        self.base_aliases: set[str] = set()
 
     def visit_If(self, node: ast.If) -> None:
         if "TYPE_CHECKING" not in ast.unparse(node.test):
@@ -102,6 +103,7 @@ class _Scanner(ast.NodeVisitor):
             self.found.append(Requirement(node.module, alias.name, node.lineno, "import"))  # type: ignore[arg-type]
             if alias.name == BASE_CLASS:
                 self.base_module = node.module  # type: ignore[assignment]
+                self.base_aliases.add(alias.asname or alias.name)
             if node.module.startswith(CONNECTORS) and alias.name[:1].isupper():  # type: ignore[union-attr]
                 self.connector_classes.add(alias.asname or alias.name)  # the base, or an in-tree connector
 
@@ -112,6 +114,8 @@ class _Scanner(ast.NodeVisitor):
             root = root.value
         if isinstance(root, ast.Name) and root.id in self.aliases:
             self.found.append(Requirement(self.aliases[root.id], ".".join(parts), node.lineno, "attribute"))
+        elif isinstance(root, ast.Name) and root.id in self.base_aliases:  # KVConnectorBase_V1.method(self, ...)
+            self.found.append(Requirement(self.base_module, f"{BASE_CLASS}.{parts[0]}", node.lineno, "calls"))
         else:
             self.generic_visit(node)
 

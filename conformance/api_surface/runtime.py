@@ -133,6 +133,6 @@ def fingerprint() -> dict[str, Any]:
     src = sources.read(Path(vllm.__file__).parent, version=vllm.__version__)
     fp = static.fingerprint(src, obtained_by="import")
     for section, check in CHECKS.items():
-        if fp[section].get("module", True) is not None:
+        if fp[section].get("module", True) is not None:  # None: the static reader found no such thing
             check(fp[section])
     return fp
