@@ -1,4 +1,4 @@
-"""The ``kvconform`` command: run the matrix, render its report, list the clauses."""
+"""The ``kvconform`` command: run the matrix, render its report, list the clauses, track vLLM's API."""
 
 from __future__ import annotations
 
@@ -40,9 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     ver = sub.add_parser("verify", help="check a certification bundle without rerunning it")
     ver.add_argument("bundle", type=Path)
 
+    fpr = sub.add_parser("api-fingerprint", help="fingerprint vLLM's connector-facing API (default: the installed vLLM)")
+    fpr.add_argument("--from", dest="source", type=Path, default=None, metavar="PATH",
+                     help="read this sdist, wheel or source tree with ast instead of importing vLLM")
+    fpr.add_argument("--out", type=Path, default=None, help="default: standard output")
+
+    adiff = sub.add_parser("api-diff", help="what was added, removed or changed between two API fingerprints")
+    adiff.add_argument("a", type=Path)
+    adiff.add_argument("b", type=Path)
+
+    areq = sub.add_parser("api-requirements", help="the vLLM names a connector needs; exit 1 if one is missing")
+    areq.add_argument("connector", metavar="MODULE_OR_FILE")
+    areq.add_argument("--fingerprint", type=Path, action="append", default=[], metavar="FILE",
+                      help="check against this fingerprint (repeatable); default: the installed vLLM, by import")
+
     args = parser.parse_args(argv)
     commands = {"run": _run, "report": _report, "clauses": _clauses, "certify": _certify, "verify": _verify,
-                "diff": _diff}
+                "diff": _diff, "api-fingerprint": _api_fingerprint, "api-diff": _api_diff,
+                "api-requirements": _api_requirements}
     return commands[args.command](args)
 
 
@@ -110,6 +125,57 @@ def _verify(args: argparse.Namespace) -> int:
         print(problem)
     print(f"kvconform verify: {'OK' if not problems else f'{len(problems)} problem(s)'}: {args.bundle}")
     return 1 if problems else 0
+
+
+def _api_fingerprint(args: argparse.Namespace) -> int:
+    from conformance.api_surface import fingerprint, runtime, sources, static
+
+    try:
+        fp = static.fingerprint(sources.read(args.source)) if args.source else runtime.fingerprint()
+    except (sources.SourceError, ImportError) as exc:
+        print(f"kvconform api-fingerprint: {exc}", file=sys.stderr)
+        return 2
+    if args.out is None:
+        print(fingerprint.dumps(fp), end="")
+    else:
+        fingerprint.write(fp, args.out)
+        print(f"kvconform api-fingerprint: vLLM {fp['vllm_version']} ({fp['obtained_by']}) written to {args.out}")
+    return 0
+
+
+def _api_diff(args: argparse.Namespace) -> int:
+    from conformance.api_surface import diff, fingerprint
+
+    try:
+        a, b = fingerprint.load(args.a), fingerprint.load(args.b)
+    except fingerprint.FingerprintError as exc:
+        print(f"kvconform api-diff: {exc}", file=sys.stderr)
+        return 2
+    print(diff.render(a, b), end="")
+    return 0
+
+
+def _api_requirements(args: argparse.Namespace) -> int:
+    from conformance.api_surface import fingerprint, requirements
+
+    try:
+        path = requirements.source_path(args.connector)
+        targets = [requirements.FingerprintResolver(fingerprint.load(f)) for f in args.fingerprint] or [
+            requirements.ImportResolver()]
+        history = fingerprint.committed()
+    except (FileNotFoundError, fingerprint.FingerprintError, ImportError) as exc:
+        print(f"kvconform api-requirements: {exc}", file=sys.stderr)
+        return 2
+    needed = requirements.scan(path)
+    failed = False
+    for target in targets:
+        missing, unchecked = requirements.check(needed, target, history)
+        for m in missing:
+            print(f"{path}:{m.requirement.line}: {m}")
+        print(f"kvconform api-requirements: vLLM {target.version}: {len(missing)} missing of {len(needed)} "
+              f"names {path.name} needs" + (f" ({len(unchecked)} not checkable)" if unchecked else ""))
+        failed = failed or bool(missing)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
