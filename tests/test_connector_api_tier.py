@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.engine
 
-API_CLAUSES = {"api_save_load_roundtrip", "api_no_collateral_writes", "api_partial_prefix", "api_format_isolation"}
+API_CLAUSES = {"api_requirements", "api_save_load_roundtrip", "api_no_collateral_writes", "api_partial_prefix", "api_format_isolation"}
 ZOO = "fixtures.zoo.connectors."
 # connector -> the clauses it must fail under the ci profile (every other clause must pass).
 EXPECTED = {
@@ -41,6 +41,14 @@ def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
     for test in run.results["tests"]:
         if test["status"] == "Fail":
             assert test["message"].startswith(f"[{test['clause']}]"), test["message"]
+
+
+def test_stale_layout_api_is_named_before_anything_runs(run_suite):
+    """The original report's renamed layout API: flagged with the name and where it was last seen."""
+    run = api_suite(run_suite, ZOO + "stale_layout_api:StaleLayoutConnector", "-k", "requirements")
+    (req,) = [t for t in run.results["tests"] if t["clause"] == "api_requirements"]
+    assert req["status"] == "Fail", req
+    assert "get_kv_cache_layout" in req["message"] and "last seen in 0.28.0" in req["message"], req["message"]
 
 
 def test_format_isolation_names_both_formats(run_suite):

@@ -90,6 +90,14 @@ def _registry(section: dict[str, Any]) -> None:
     section["connectors"] = connectors
 
 
+def registered_module(name: str) -> str | None:
+    """The module vLLM's factory would import for the registered connector ``name`` (not imported)."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    loader = KVConnectorFactory._registry.get(name)
+    return inspect.getclosurevars(loader).nonlocals.get("module_path") if loader else None
+
+
 def _dtype_map(section: dict[str, Any]) -> None:
     table = _resolve(section["module"], section["name"])
     section["entries"] = {k: str(v) for k, v in table.items()}

@@ -74,6 +74,22 @@ def _where(run: Run, what: str) -> str:
     return f"[{what}; kv_cache_dtype={run.kv_cache_dtype}, layout={run.layout}, block_size={run.block_size}]"
 
 
+@clause("api_requirements")
+def test_requirements(connector_api):
+    from conformance.api_surface.requirements import check_requirements
+    from conformance.api_surface.runtime import registered_module
+
+    connector = connector_api.connector
+    module = connector.module_path or registered_module(connector.name)
+    if module is None:
+        raise ClauseViolation("api_requirements", f"{connector.name!r} is not a connector the installed vLLM "
+                                                  "registers; pass 'package.module:ClassName' for an external one")
+    missing = check_requirements(module)
+    if missing:
+        raise ClauseViolation("api_requirements", f"{module} needs {len(missing)} name(s) the installed vLLM "
+                                                  "lacks: " + "; ".join(map(str, missing)))
+
+
 @clause("api_save_load_roundtrip")
 def test_save_load_roundtrip(connector_api):
     _loads_something(connector_api)
