@@ -85,7 +85,7 @@ def engine(session: nox.Session) -> None:
     """Tests that need vLLM and LMCache: real engines, LMCache's servers and backends, known-bad connectors,
     the installed vLLM's API fingerprint against its committed one."""
     _install_engine_stack(session)
-    session.run("pytest", "-m", "engine", "--durations=10", "tests/test_engine_tier.py",
+    session.run("pytest", "-m", "engine", "--durations=10", "tests/test_engine_tier.py", "tests/test_connector_api_tier.py",
                 "tests/test_lmcache_stores.py", "tests/test_api_surface.py", *session.posargs,
                 env={"KVCONFORM_ENGINE_PYTHON": session.bin + "/python"})
 
