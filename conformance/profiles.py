@@ -38,6 +38,7 @@ _NO_SHRINK_PHASES = (Phase.explicit, Phase.reuse, Phase.generate)
 def costly_example_settings(profile: str | None = None) -> settings:
     """Settings for tests whose examples are costly: the profile's, minus shrinking under ``NO_SHRINK``."""
     profile = profile or ACTIVE[0]
+    register_profiles()  # idempotent; collection may import a tier before the plugin loaded one
     base = settings.get_profile(profile)
     return settings(base, phases=_NO_SHRINK_PHASES) if profile in NO_SHRINK else base
 
