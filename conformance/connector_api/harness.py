@@ -24,7 +24,7 @@ from conformance.guard import Guarded, HarnessError
 SAMPLED_TOKEN = 0
 # fill(backing bytes, the dtype vLLM allocated, the model dtype): writes what "the model computed".
 Filler = Callable[[torch.Tensor, torch.dtype, str], None]
-MAX_STEPS = 64
+IDLE_STEP_PAUSE_S = 0.002  # a step that scheduled nothing is waiting on an async transfer
 
 
 class ConnectorRaised(Exception):
@@ -111,7 +111,7 @@ class ConnectorHarness:
                 raise LayoutRefused(exc.phase, exc.exc) if isinstance(exc.exc, NotImplementedError) else exc
             for request_id, prompt in requests:
                 self._hook("scheduler", scheduler.add_request, era.make_request(request_id, prompt, block_size))
-            self._steps(scheduler, worker, run)
+            self._steps(scheduler, worker.inner, run, config)
         except BaseException:
             self._shutdown(worker, scheduler, quiet=True)
             raise
@@ -127,24 +127,26 @@ class ConnectorHarness:
                 if not quiet:
                     raise
 
-    def _steps(self, scheduler: Any, worker: Any, run: Run) -> None:
+    def _steps(self, scheduler: Any, worker: Any, run: Run, config: Any) -> None:
         deadline = time.monotonic() + self.timeout_s
-        for _ in range(MAX_STEPS):
+        runner = self._guarded(self.era, "worker step")  # vLLM's runner code checks the connector's type
+        while time.monotonic() < deadline:
             if not scheduler.inner.has_requests():
                 return
-            if time.monotonic() > deadline:
-                break
             out = self._hook("scheduler", scheduler.schedule)
+            if not out.total_num_scheduled_tokens:
+                time.sleep(IDLE_STEP_PAUSE_S)
             for new in out.scheduled_new_reqs:
                 run.blocks[new.req_id] = list(new.block_ids[0])
                 run.external_tokens[new.req_id] = new.num_computed_tokens
-            connector_output = self._hook("worker hooks", self.era.run_worker_step, worker, out, run.caches, run.mla)
+            connector_output = self._hook("worker hooks", runner.run_worker_step, worker, out, run.caches, run.mla,
+                                          config)
             run.load_errors |= set(connector_output.invalid_block_ids or ())
             result = self.era.model_runner_output(scheduler.inner, out, connector_output, SAMPLED_TOKEN)
             self._hook("scheduler", scheduler.update_from_output, out, result)
         left = sorted(scheduler.inner.requests)
-        raise HarnessError(f"{self.connector.label}: requests {left} did not finish within {MAX_STEPS} steps "
-                           f"or {self.timeout_s:g}s (an async load or save that never completes?)")
+        raise HarnessError(f"{self.connector.label}: requests {left} did not finish within {self.timeout_s:g}s "
+                           "(an async load or save that never completes?)")
 
     def _guarded(self, target: Any, name: str) -> Guarded:
         return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s)

@@ -39,7 +39,7 @@ class Era(Protocol):
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int) -> Any: ...
 
     def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
-                        mla: bool) -> Any:
+                        mla: bool, config: Any) -> Any:
         """The model runner's connector hooks for one step; returns the KVConnectorOutput."""
 
     def model_runner_output(self, scheduler: Any, scheduler_output: Any, connector_output: Any,

@@ -113,29 +113,25 @@ class LayoutEnumEra:
                        pooling_params=None, block_hasher=self._hasher(block_size))
 
     def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
-                        mla: bool) -> Any:
-        from vllm.forward_context import ForwardContext
-        from vllm.v1.outputs import KVConnectorOutput
+                        mla: bool, config: Any) -> Any:
+        """vLLM's own model-runner connector code for one step (``_get_kv_connector_output``, which
+        calls the hooks this vLLM calls, in its order), around what each attention layer does."""
+        from vllm.distributed.kv_transfer import kv_transfer_state
+        from vllm.forward_context import set_forward_context
+        from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin
 
         metadata = {name: _attention_metadata(mla) for name in caches}
-        layers = {name: SimpleNamespace(kv_cache=cache) for name, cache in caches.items()}
-        context = ForwardContext(no_compile_layers=layers, attn_metadata=metadata, slot_mapping={})
-        worker.bind_connector_metadata(scheduler_output.kv_connector_metadata)
-        if scheduler_output.has_sync_kv_loads:
-            worker.start_load_kv(context)
-        for name, cache in caches.items():  # what each attention layer's forward does
-            worker.wait_for_layer_load(name)
-            worker.save_kv_layer(name, cache, metadata[name])
-        if not scheduler_output.has_sync_kv_loads:
-            worker.start_load_kv(context)
-        worker.wait_for_save()
-        results = worker.get_transfer_results(scheduler_output.finished_req_ids)
-        output = KVConnectorOutput(finished_sending=results.finished_sending,
-                                   finished_recving=results.finished_recving,
-                                   failed_recving=results.failed_recving,
-                                   invalid_block_ids=worker.get_block_ids_with_load_errors(),
-                                   kv_connector_worker_meta=worker.build_connector_worker_meta())
-        worker.clear_connector_metadata()
+        config.compilation_config.static_forward_context = {
+            name: SimpleNamespace(kv_cache=cache) for name, cache in caches.items()}
+        kv_transfer_state._KV_CONNECTOR_AGENT = worker
+        try:
+            with set_forward_context(metadata, config), \
+                    KVConnectorModelRunnerMixin._get_kv_connector_output(scheduler_output) as output:
+                for name, cache in caches.items():  # what each attention layer's forward does
+                    worker.wait_for_layer_load(name)
+                    worker.save_kv_layer(name, cache, metadata[name])
+        finally:
+            kv_transfer_state._KV_CONNECTOR_AGENT = None
         return output
 
     def model_runner_output(self, scheduler: Any, scheduler_output: Any, connector_output: Any,
