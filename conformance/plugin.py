@@ -283,9 +283,11 @@ def _kvconform_clause_gate(request: pytest.FixtureRequest) -> None:
     from conformance.clauses import clause_of, disabled_reason, set_current_test
 
     c = clause_of(request.node)
-    if c is None or c.tier != "store":
+    if c is None:
         return
-    set_current_test(request.node.nodeid)
+    set_current_test(request.node.nodeid)  # examples are counted for every tier
+    if c.tier != "store":
+        return
     caps = request.getfixturevalue("kv_capabilities")
     request.node.user_properties.append(("kvconform.capabilities", ",".join(sorted(caps))))
     reason = disabled_reason(c, caps, _state(request.config).choice.target)
