@@ -95,6 +95,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("api_partial_prefix", _CONNECTOR,
            "a request sharing only the first k tokens of a stored prompt loads at most k tokens, and "
            "exactly their bytes"),
+    Clause("api_damaged_storage", _CONNECTOR,
+           "with what a store run left corrupted (a flipped byte) or lost before the load run, the "
+           "connector loads nothing, or reports the damaged blocks as failed loads "
+           "(get_block_ids_with_load_errors, so vLLM recomputes or fails the request per "
+           "kv_load_failure_policy): never other bytes, never an exception that kills the worker"),
     Clause("api_format_isolation", _CONNECTOR,
            "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
            "same storage loads nothing or reports the load failed: never the other format's bytes"),

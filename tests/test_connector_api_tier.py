@@ -9,19 +9,23 @@ import pytest
 
 pytestmark = pytest.mark.engine
 
-API_CLAUSES = {"api_requirements", "api_save_load_roundtrip", "api_no_collateral_writes", "api_partial_prefix", "api_format_isolation"}
+API_CLAUSES = {"api_requirements", "api_save_load_roundtrip", "api_no_collateral_writes", "api_partial_prefix",
+               "api_damaged_storage", "api_format_isolation"}
+FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage"}  # inherited from ExampleConnector
 ZOO = "fixtures.zoo.connectors."
 # connector -> the clauses it must fail under the ci profile (every other clause must pass).
 EXPECTED = {
-    # Keyed by token ids only, it serves an fp8_e4m3 pair the bytes an fp8_e5m2 pair stored.
-    "ExampleConnector": {"api_format_isolation"},
+    # Keyed by token ids only, it serves an fp8_e4m3 pair the bytes an fp8_e5m2 pair stored; with
+    # no checksum, a flipped byte in a stored file is loaded as KV.
+    "ExampleConnector": FILE_STORE_BUGS,
     # Against LMCache's real multiprocess server (started by the tier): chunks are keyed by the
-    # torch dtype, uint8 for every fp8 format, so the fp8 twins read each other's chunks.
+    # torch dtype, uint8 for every fp8 format, so the fp8 twins read each other's chunks. A server
+    # restart loses its store: the load misses, which is a pass of api_damaged_storage.
     "LMCacheMPConnector": {"api_format_isolation"},
-    ZOO + "noop:NoopConnector": {"api_save_load_roundtrip"},
-    ZOO + "reversed_blocks:ReversedBlocksConnector": {"api_save_load_roundtrip", "api_format_isolation"},
-    ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes", "api_format_isolation"},
-    ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_save_load_roundtrip", "api_format_isolation"},
+    ZOO + "noop:NoopConnector": {"api_save_load_roundtrip"},  # stores nothing to damage: Not runnable
+    ZOO + "reversed_blocks:ReversedBlocksConnector": {"api_save_load_roundtrip"} | FILE_STORE_BUGS,
+    ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes"} | FILE_STORE_BUGS,
+    ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_save_load_roundtrip"} | FILE_STORE_BUGS,
 }
 
 
@@ -35,9 +39,9 @@ def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
     run = api_suite(run_suite, connector)
     statuses = run.statuses()
     assert set(statuses) == API_CLAUSES, run.output[-3000:]
-    failing = {c for c, s in statuses.items() if s != "Pass"}
+    failing = {c for c, s in statuses.items() if s == "Fail"}
     assert failing == EXPECTED[connector], run.output[-3000:]
-    assert {statuses[c] for c in failing} <= {"Fail"}, run.output[-3000:]
+    assert set(statuses.values()) <= {"Pass", "Fail", "Not runnable"}, run.output[-3000:]
     for test in run.results["tests"]:
         if test["status"] == "Fail":
             assert test["message"].startswith(f"[{test['clause']}]"), test["message"]

@@ -76,6 +76,23 @@ class ConnectorHarness:
     num_blocks: int = 64
     timeout_s: float = 60.0
     extra_config: Mapping[str, Any] = field(default_factory=dict)  # what the suite started (servers)
+    lose_remote: Callable[[], str] | None = None  # loses a server's content; says how
+
+    def damage(self, storage: str) -> str:
+        """Corrupt what a store run left in ``storage`` (one byte flipped mid-file, as bit rot or a
+        torn write leaves it), or lose a server's content; say how. NotImplementedError when the
+        suite cannot reach the connector's storage."""
+        files = sorted(p for p in (self.workdir / storage).rglob("*") if p.is_file())
+        for f in files:
+            data = bytearray(f.read_bytes())
+            if data:
+                data[len(data) // 2] ^= 0xFF
+                f.write_bytes(bytes(data))
+        if files:
+            return f"flipped the middle byte of each of the {len(files)} files the connector stored"
+        if self.lose_remote is not None:
+            return self.lose_remote()
+        raise NotImplementedError(f"the suite cannot reach the storage of {self.connector.label} to damage it")
 
     @property
     def vocab_size(self) -> int:

@@ -19,10 +19,17 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
 
     era = select_era()
     model_dir = Path(model) if Path(model).is_dir() else materialise(model)
-    extra, close = {}, (lambda: None)
+    extra, close, lose = {}, (lambda: None), None
     if connector.name == "LMCacheMPConnector" and "lmcache.mp.port" not in connector.extra_config:
         from conformance.engine.lmcache_server import LMCacheServer
 
         server = LMCacheServer(workdir / "lmcache-server.log", chunk_size=LMCACHE_CHUNK_SIZE).start()
         extra, close = server.connector_config(), server.stop
-    return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra), close
+
+        def lose() -> str:
+            server.restart()
+            extra.update(server.connector_config())  # new ports
+            return "restarted the LMCache server (its L1 store is lost)"
+
+    return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra,
+                            lose_remote=lose), close

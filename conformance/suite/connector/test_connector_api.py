@@ -23,6 +23,7 @@ from conformance.connector_api.harness import ConnectorRaised, LayoutRefused, Ru
 from conformance.connector_api.scenarios import (BLOCK_SIZES, TWINS, filler, kv_cache_dtypes, prompts,
                                                   seeded_fill, unique_prompts)
 from conformance.profiles import costly_example_settings
+from conformance.status import NOT_RUNNABLE_PREFIX
 from conformance.strategies import active_kv_cache_dtypes
 
 MAX_PROMPT_BLOCKS = 5
@@ -165,6 +166,38 @@ def test_partial_prefix(connector_api, data):
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
         raise ClauseViolation(cid, f"the shared prefix loaded other bytes {_where(load, what)}: " + "; ".join(problems))
+
+
+@clause("api_damaged_storage")
+@pytest.mark.parametrize("dtype", ["auto", "fp8_e5m2"])
+def test_damaged_storage(connector_api, dtype):
+    cid = "api_damaged_storage"
+    if dtype not in active_kv_cache_dtypes():
+        pytest.skip(f"kv_cache_dtype {dtype} is not in --kv-cache-dtypes")
+    api, block_size, layout = connector_api, 32, connector_api.era.layouts()[0]
+    ps = unique_prompts(api.vocab_size, 8 * block_size + 1, seed=2)
+    storage = f"damaged-{uuid.uuid4().hex[:12]}"
+    with _connector_faults_fail(cid):
+        store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
+                        requests=[("stored", ps.stored)], fill=seeded_fill(3), storage=storage)
+    try:
+        how = api.damage(storage)
+    except NotImplementedError as exc:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+    try:
+        load = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
+                       requests=[("neighbour", ps.neighbour), ("load", ps.stored)], fill=seeded_fill(4),
+                       storage=storage)
+    except ConnectorRaised as exc:
+        raise ClauseViolation(cid, f"after the suite {how}, the connector raised in {exc} instead of "
+                                   "reporting the damaged blocks (get_block_ids_with_load_errors): in an "
+                                   "engine that exception kills the worker and every request with it") from exc
+    n = load.external_tokens.get("load", 0)
+    problems = checks.loaded_differences(store, "stored", load, "load", n)
+    if problems:
+        raise ClauseViolation(cid, f"after the suite {how}, the connector loaded {n} tokens and reported "
+                                   f"{len(load.load_errors)} failed block(s): it served damaged bytes as KV "
+                                   f"{_where(load, 'load after damage')}: " + "; ".join(problems))
 
 
 @clause("api_format_isolation")
