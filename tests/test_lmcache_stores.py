@@ -59,3 +59,24 @@ def test_fault_on_a_store_without_a_server_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("KVCONFORM_FAULT", "kill-server-after-puts:1")
     with pytest.raises(ValueError, match="starts no server to kill"):
         make_local_cpu(tmp_path)
+
+
+def test_era_detection_tells_the_copy_conventions_apart(monkeypatch):
+    """0.4+ helpers copy flat bytes; 0.3.x helpers ``tensor.copy_`` in the memory object's shape."""
+    from lmcache.v1.gpu_connector import gpu_ops
+
+    from conformance.stores import lmcache_eras
+
+    assert lmcache_eras._copies_bytes("installed")  # the engine stack's LMCache (0.5.6)
+    monkeypatch.setattr(gpu_ops, "lmcache_memcpy_async_d2h", lambda buf, obj: obj.tensor.copy_(buf))
+    assert not lmcache_eras._copies_bytes("0.3-style")
+
+
+def test_missing_lmcache_api_is_not_runnable_with_its_name():
+    from conformance.store import StoreNotRunnable
+    from conformance.stores import lmcache_eras
+
+    with pytest.raises(StoreNotRunnable, match=r"LMCache 9\.9 has no lmcache\.utils\.NoSuchKey"):
+        lmcache_eras._require("9.9", "lmcache.utils", "NoSuchKey")
+    with pytest.raises(StoreNotRunnable, match="importing lmcache.no_such_module fails on this platform"):
+        lmcache_eras._require("9.9", "lmcache.no_such_module", "X")

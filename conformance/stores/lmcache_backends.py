@@ -97,6 +97,7 @@ from conformance import faults
 from conformance.guard import HarnessError
 from conformance.spec import KVSpec, Layout
 from conformance.store import DAMAGE_KINDS, KVEntry
+from conformance.stores import lmcache_eras
 
 log = logging.getLogger(__name__)
 
@@ -248,15 +249,13 @@ class LMCacheBackendStore:
     # -- the protocol ---------------------------------------------------------------------
     @_server_checked
     def put(self, key: str, entry: KVEntry) -> None:
-        from lmcache.v1.gpu_connector.gpu_ops import lmcache_memcpy_async_d2h
-
         layout = lmcache_metadata(entry.spec)
         chunk = to_chunk(entry.tensor, entry.spec)
         obj = self.allocator.allocate(layout.shapes, layout.dtypes, layout.fmt, busy_loop=False)
         if obj is None:
             raise MemoryError(f"{self.name}: LMCache could not allocate {layout.shapes} {layout.dtypes}")
         try:
-            lmcache_memcpy_async_d2h(chunk.reshape(-1), obj)  # ValueError on a size mismatch
+            lmcache_eras.current().copy_in(chunk, obj)  # 0.4+: ValueError on a size mismatch
             self._submit(cache_engine_key(key, entry.spec), obj)
         finally:
             obj.ref_count_down()  # as StorageManager.batched_put does after submitting
@@ -266,15 +265,13 @@ class LMCacheBackendStore:
 
     @_server_checked
     def get(self, key: str, spec: KVSpec) -> KVEntry | None:
-        from lmcache.v1.gpu_connector.gpu_ops import lmcache_memcpy_async_h2d
-
         layout = lmcache_metadata(spec)
         obj = self.backend.get_blocking(cache_engine_key(key, spec))
         if obj is None:
             return None
         try:
             chunk = torch.empty(layout.shapes[0], dtype=spec.storage_dtype)
-            lmcache_memcpy_async_h2d(obj, chunk.reshape(-1))  # ValueError on a size mismatch
+            lmcache_eras.current().copy_out(obj, chunk)
         finally:
             obj.ref_count_down()
         return KVEntry(spec, from_chunk(chunk, spec))
@@ -371,6 +368,8 @@ _DEFAULT_SPEC = KVSpec()  # only sizes the backends' construction-time metadata
 
 
 def _config(**overrides: Any) -> Any:
+    """Every factory starts here, so an LMCache the adapter cannot drive is Not runnable first."""
+    lmcache_eras.current()
     from lmcache.v1.config import LMCacheEngineConfig
 
     return LMCacheEngineConfig.from_defaults(max_local_cpu_size=CPU_POOL_GB, **overrides)
