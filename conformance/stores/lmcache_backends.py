@@ -1,4 +1,8 @@
-"""LMCache 0.5.6's real storage backends behind the kvconform store protocol.
+"""LMCache's real storage backends (written for 0.5.6) behind the kvconform store protocol.
+
+It also drives 0.3.x and 0.4.x: the one call that differs between eras (how a chunk is handed
+to LMCache's host-copy helpers) is chosen by feature detection in ``lmcache_eras``, and an
+LMCache the adapter cannot drive makes every clause Not runnable (docs/research/lmcache-versions.md).
 
 Each factory builds one LMCache storage backend exactly as LMCache builds it for vLLM and
 drives it through its own API, so the store clauses test what LMCache users run:
@@ -259,9 +263,7 @@ class LMCacheBackendStore:
             self._submit(cache_engine_key(key, entry.spec), obj)
         finally:
             obj.ref_count_down()  # as StorageManager.batched_put does after submitting
-        self.puts += 1
-        if self.fault is not None and self.puts == self.fault.count:
-            self.server.kill(f"{self.fault} fired after put {self.puts}")
+        self._count_put()
 
     @_server_checked
     def get(self, key: str, spec: KVSpec) -> KVEntry | None:
@@ -316,6 +318,12 @@ class LMCacheBackendStore:
             (self.workdir / "close-report.txt").write_text("\n".join(self.close_report) + "\n")
         if any(" hung " in line or " raised " in line for line in self.close_report):
             log.warning("%s close: %s", self.name, "; ".join(self.close_report))
+
+    def _count_put(self) -> None:
+        """Count an accepted put; at ``KVCONFORM_FAULT``'s count, kill the server (fault injection)."""
+        self.puts += 1
+        if self.fault is not None and self.puts == self.fault.count:
+            self.server.kill(f"{self.fault} fired after put {self.puts}")
 
     def _check_server(self) -> None:
         """Raise ``ServerGone`` once the child server is dead (one raise site, for Hypothesis)."""

@@ -85,7 +85,7 @@ def _require(version: str, module: str, name: str) -> None:
     try:
         found = hasattr(importlib.import_module(module), name)
     except Exception as exc:  # an import error here is the version's outcome, not a crash
-        raise StoreNotRunnable(f"LMCache {version}: importing {module} fails on this platform: "
+        raise StoreNotRunnable(f"LMCache {version}: importing {module} fails here: "
                                f"{type(exc).__name__}: {exc}") from None
     if not found:
         raise StoreNotRunnable(f"LMCache {version} has no {module}.{name}")
