@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from conformance.store import CAPABILITIES
+from conformance.store import CAPABILITIES, StoreNotRunnable
 
 ENV_VAR = "KVCONFORM_STORE"
 ENTRY_POINT_GROUP = "kvconform.stores"
@@ -90,6 +90,8 @@ def build(choice: StoreChoice, workdir: Path) -> Any:
     takes_workdir = bool(inspect.signature(choice.factory).parameters)
     try:
         store = choice.factory(workdir) if takes_workdir else choice.factory()
+    except StoreNotRunnable:
+        raise
     except Exception as exc:
         raise StoreLoadError(f"kvconform: store factory {choice.target} raised "
                              f"{type(exc).__name__}: {exc}") from exc

@@ -179,6 +179,8 @@ def kv_store_factory(request: pytest.FixtureRequest,
     """Builds fresh, guarded stores of the chosen kind, each in its own directory; closes them all."""
     from conformance import loader
     from conformance.guard import GuardedStore
+    from conformance.status import NOT_RUNNABLE_PREFIX
+    from conformance.store import StoreNotRunnable
 
     state = _state(request.config)
     timeout = request.config.getoption(KV_TIMEOUT_OPTION)
@@ -190,6 +192,8 @@ def kv_store_factory(request: pytest.FixtureRequest,
             store = loader.build(state.choice, workdir)
         except loader.StoreLoadError as exc:
             pytest.exit(str(exc), returncode=4)
+        except StoreNotRunnable as exc:  # every clause that needs the store: Not runnable
+            pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
         guarded = GuardedStore(store, name=state.choice.target, timeout_s=timeout)
         built.append(guarded)
         return guarded

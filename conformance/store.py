@@ -51,6 +51,13 @@ class KVCorruptionError(RuntimeError):
     """Raised by a store whose bytes at rest are damaged (truncated, checksum mismatch)."""
 
 
+class StoreNotRunnable(Exception):
+    """Raised by a store factory that cannot run here (an unsupported version, a missing platform).
+
+    Every clause is then *Not runnable* with this reason: a fact about the platform, not a crash.
+    """
+
+
 # How a store refuses cleanly: a miss (None) or one of these. Anything else (AttributeError,
 # IndexError, struct.error, ...) is a crash, not a refusal.
 REFUSALS: tuple[type[Exception], ...] = (KVContractError, KVCorruptionError, ValueError,

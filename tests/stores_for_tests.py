@@ -1,10 +1,15 @@
 """Factories that fail the way a user's store might, for tests of the plugin's messages."""
 
+from conformance.store import StoreNotRunnable
 from conformance.stores.memory import MemoryStore
 
 
 def raising_factory(workdir):
     raise RuntimeError("server unreachable")
+
+
+def not_runnable_factory(workdir):
+    raise StoreNotRunnable("LMCache 0.1.3 has no lmcache.v1.storage_backend.local_cpu_backend.LocalCPUBackend")
 
 
 class _NoCaps:

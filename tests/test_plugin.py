@@ -43,6 +43,14 @@ def test_broken_factories_are_reported_not_crashed(run_suite, factory, says):
     assert "Traceback" not in run.output
 
 
+def test_factory_that_cannot_run_here_makes_every_clause_not_runnable(run_suite):
+    """An unsupported version is a fact about the platform: Not runnable with its reason, no traceback."""
+    run = run_suite("--kv-store=tests.stores_for_tests:not_runnable_factory", "--kv-profile=ci")
+    assert set(run.statuses().values()) == {"Not runnable"}, run.output[-2000:]
+    assert all("Not runnable: LMCache 0.1.3 has no lmcache.v1" in t["message"] for t in run.results["tests"])
+    assert run.returncode == 0 and "Traceback" not in run.output
+
+
 def test_store_from_environment_and_header(run_suite):
     run = run_suite("-v", "--kv-profile=ci", env={"KVCONFORM_STORE": "memory", "KVCONFORM_TYPO": "1"})
     assert run.returncode == 0, run.output[-2000:]

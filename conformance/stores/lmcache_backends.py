@@ -1,4 +1,8 @@
-"""LMCache 0.5.6's real storage backends behind the kvconform store protocol.
+"""LMCache's real storage backends (written for 0.5.6) behind the kvconform store protocol.
+
+It also drives 0.3.x and 0.4.x: the one call that differs between eras (how a chunk is handed
+to LMCache's host-copy helpers) is chosen by feature detection in ``lmcache_eras``, and an
+LMCache the adapter cannot drive makes every clause Not runnable (docs/research/lmcache-versions.md).
 
 Each factory builds one LMCache storage backend exactly as LMCache builds it for vLLM and
 drives it through its own API, so the store clauses test what LMCache users run:
@@ -61,12 +65,22 @@ loop (``await self.pq_executor.shutdown(wait=True)`` calls the *blocking* shutdo
 waits on a coroutine scheduled on the loop it is blocking). What did not finish is recorded in
 ``close_report`` and ``close-report.txt``; child servers are stopped anyway, and die with the
 test process if it is killed.
+
+A dead server is an *Error*, not a verdict. LMCache swallows it: with the redis or ``lm://``
+server killed, a put logs "Put task failed ... Connection closed by server" (``Broken pipe``
+for ``lm://``), ``get_blocking`` logs "Error 111 connecting to ..." and returns None, and
+``contains`` returns False, so a clause would read a lost entry as a Fail or an expected miss
+as a Pass. The adapter checks its child server around every call and raises ``ServerGone``
+("redis-server at 127.0.0.1:PORT stopped answering: ConnectionRefusedError ..."). To see this
+happen, ``KVCONFORM_FAULT=kill-server-after-puts:K`` (``conformance.faults``) kills the server
+right after the K-th accepted put.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import hashlib
 import logging
 import shutil
@@ -83,9 +97,11 @@ from typing import Any, Callable
 
 import torch
 
+from conformance import faults
 from conformance.guard import HarnessError
 from conformance.spec import KVSpec, Layout
 from conformance.store import DAMAGE_KINDS, KVEntry
+from conformance.stores import lmcache_eras
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +115,14 @@ CPU_POOL_GB = 0.0625  # LocalCPUBackend pool (allocated up front); the largest e
 
 class LMCacheHang(HarnessError):
     """An LMCache call did not finish within its deadline: no verdict, an *Error*."""
+
+
+class ServerGone(HarnessError):
+    """The server behind the store died: LMCache turns that into misses, the suite into *Error*.
+
+    A store that lost its data because its server died is an infrastructure fault, not a
+    conformance verdict: neither a Fail ("stored entry lost") nor a Pass (an expected miss).
+    """
 
 
 # -- the mapping: spec -> LMCache metadata, key and chunk layout ------------------------------
@@ -181,13 +205,33 @@ def from_chunk(chunk: torch.Tensor, spec: KVSpec) -> torch.Tensor:
 
 
 # -- the store --------------------------------------------------------------------------------
+def _server_checked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Check the store's server before and after ``method``: no verdict on a dead server's answer.
+
+    LMCache swallows a dead remote (a put logs "Put task failed", get returns None, contains
+    False), so a dead server would otherwise read as lost or missing entries.
+    """
+    @functools.wraps(method)
+    def checked(self: "LMCacheBackendStore", *args: Any, **kwargs: Any) -> Any:
+        self._check_server()
+        try:
+            result = method(self, *args, **kwargs)
+        except Exception:
+            self._check_server()  # failed because the server died: that is the error to report
+            raise
+        self._check_server()
+        return result
+
+    return checked
+
+
 class LMCacheBackendStore:
     """One LMCache storage backend driven through its own API (see the module docstring)."""
 
     def __init__(self, name: str, backend: Any, allocator: Any, *, capabilities: frozenset[str],
                  damage: Callable[[Any, KVSpec, str], None] | None = None,
                  cleanups: list[tuple[str, Callable[[], None]]] | None = None,
-                 workdir: Path | None = None) -> None:
+                 workdir: Path | None = None, server: ChildServer | None = None) -> None:
         self.name = name
         self.workdir = workdir
         self.backend = backend
@@ -198,42 +242,51 @@ class LMCacheBackendStore:
         self._closed = False
         self.put_errors: list[str] = []  # puts LMCache failed and swallowed (logged, not raised)
         self.close_report: list[str] = []  # what close() did, hung or failed
+        self.server = server  # the child server the factory started, if any
+        self.puts = 0  # puts LMCache accepted (counted for KVCONFORM_FAULT)
+        self.fault = faults.from_env()
+        if self.fault is not None and server is None:
+            self.close()
+            raise ValueError(f"{self.fault}: {name} starts no server to kill; use lmcache-redis "
+                             "or lmcache-lm")
 
     # -- the protocol ---------------------------------------------------------------------
+    @_server_checked
     def put(self, key: str, entry: KVEntry) -> None:
-        from lmcache.v1.gpu_connector.gpu_ops import lmcache_memcpy_async_d2h
-
         layout = lmcache_metadata(entry.spec)
         chunk = to_chunk(entry.tensor, entry.spec)
         obj = self.allocator.allocate(layout.shapes, layout.dtypes, layout.fmt, busy_loop=False)
         if obj is None:
             raise MemoryError(f"{self.name}: LMCache could not allocate {layout.shapes} {layout.dtypes}")
         try:
-            lmcache_memcpy_async_d2h(chunk.reshape(-1), obj)  # ValueError on a size mismatch
+            lmcache_eras.current().copy_in(chunk, obj)  # 0.4+: ValueError on a size mismatch
             self._submit(cache_engine_key(key, entry.spec), obj)
         finally:
             obj.ref_count_down()  # as StorageManager.batched_put does after submitting
+        self._count_put()
 
+    @_server_checked
     def get(self, key: str, spec: KVSpec) -> KVEntry | None:
-        from lmcache.v1.gpu_connector.gpu_ops import lmcache_memcpy_async_h2d
-
         layout = lmcache_metadata(spec)
         obj = self.backend.get_blocking(cache_engine_key(key, spec))
         if obj is None:
             return None
         try:
             chunk = torch.empty(layout.shapes[0], dtype=spec.storage_dtype)
-            lmcache_memcpy_async_h2d(obj, chunk.reshape(-1))  # ValueError on a size mismatch
+            lmcache_eras.current().copy_out(obj, chunk)
         finally:
             obj.ref_count_down()
         return KVEntry(spec, from_chunk(chunk, spec))
 
+    @_server_checked
     def contains(self, key: str, spec: KVSpec) -> bool:
         return bool(self.backend.contains(cache_engine_key(key, spec)))
 
+    @_server_checked
     def delete(self, key: str, spec: KVSpec) -> bool:
         return bool(self.backend.remove(cache_engine_key(key, spec)))
 
+    @_server_checked
     def damage(self, key: str, spec: KVSpec, how: str) -> None:
         """Damage the bytes LMCache keeps at rest for (key, spec) (test hook for ``at_rest``)."""
         if how not in DAMAGE_KINDS:
@@ -265,6 +318,18 @@ class LMCacheBackendStore:
             (self.workdir / "close-report.txt").write_text("\n".join(self.close_report) + "\n")
         if any(" hung " in line or " raised " in line for line in self.close_report):
             log.warning("%s close: %s", self.name, "; ".join(self.close_report))
+
+    def _count_put(self) -> None:
+        """Count an accepted put; at ``KVCONFORM_FAULT``'s count, kill the server (fault injection)."""
+        self.puts += 1
+        if self.fault is not None and self.puts == self.fault.count:
+            self.server.kill(f"{self.fault} fired after put {self.puts}")
+
+    def _check_server(self) -> None:
+        """Raise ``ServerGone`` once the child server is dead (one raise site, for Hypothesis)."""
+        gone = self.server.gone() if self.server is not None else None
+        if gone is not None:
+            raise ServerGone(f"{self.name}: {gone}; no verdict is possible on its answers")
 
     # -- waiting for LMCache's asynchronous puts ------------------------------------------
     def _submit(self, key: Any, obj: Any) -> None:
@@ -311,6 +376,8 @@ _DEFAULT_SPEC = KVSpec()  # only sizes the backends' construction-time metadata
 
 
 def _config(**overrides: Any) -> Any:
+    """Every factory starts here, so an LMCache the adapter cannot drive is Not runnable first."""
+    lmcache_eras.current()
     from lmcache.v1.config import LMCacheEngineConfig
 
     return LMCacheEngineConfig.from_defaults(max_local_cpu_size=CPU_POOL_GB, **overrides)
@@ -385,14 +452,58 @@ def _die_with_parent() -> None:
         pass
 
 
-def _start(argv: list[str], what: str, workdir: Path, port: int) -> subprocess.Popen:
+class ChildServer:
+    """A server process a factory started, and whether it is still there to answer."""
+
+    def __init__(self, what: str, port: int, proc: subprocess.Popen) -> None:
+        self.what = what
+        self.port = port
+        self.proc = proc
+        self.killed_by = ""  # why the suite killed it (fault injection), if it did
+        self._gone: str | None = None
+
+    def gone(self) -> str | None:
+        """Why the server can no longer be trusted, or None while its process runs.
+
+        A dead process is permanent, so the text is computed once: every later call raises
+        the same message. A server that runs but hangs is the watchdog's (``--kv-timeout``).
+        """
+        if self._gone is None and self.proc.poll() is not None:
+            code = self.proc.returncode
+            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            why = f"; {self.killed_by}" if self.killed_by else ""
+            self._gone = (f"{self.what} at 127.0.0.1:{self.port} stopped answering: "
+                          f"{_connect_error(self.port)} (pid {self.proc.pid} {how}{why})")
+        return self._gone
+
+    def kill(self, reason: str) -> None:
+        """SIGKILL the server and reap it, so the next call sees it dead (fault injection)."""
+        self.killed_by = reason
+        log.warning("%s: %s", self.what, reason)
+        self.proc.kill()
+        self.proc.wait(5)
+
+    def stop(self) -> None:
+        _stop(self.proc)
+
+
+def _connect_error(port: int) -> str:
+    """What a client gets now from 127.0.0.1:PORT, e.g. ``ConnectionRefusedError: ...``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+            return "the port still accepts connections (another process holds it)"
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _start(argv: list[str], what: str, workdir: Path, port: int) -> ChildServer:
     """Start a child server logging to ``workdir/WHAT.log``; return once it accepts connections."""
     log_path = workdir / f"{what}.log"
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=workdir, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     _wait_for_port(port, proc, what, log_path)
-    return proc
+    return ChildServer(what, port, proc)
 
 
 def _damage_file(path: Path, spec: KVSpec, how: str) -> None:
@@ -407,8 +518,8 @@ def _damage_file(path: Path, spec: KVSpec, how: str) -> None:
 
 def _remote_store(name: str, workdir: Path, url: str, *, capabilities: frozenset[str],
                   damage_factory: Callable[[Any], Callable[[Any, KVSpec, str], None]] | None,
-                  cleanups: list[tuple[str, Callable[[], None]]], extra_config: dict | None = None
-                  ) -> LMCacheBackendStore:
+                  cleanups: list[tuple[str, Callable[[], None]]], extra_config: dict | None = None,
+                  server: ChildServer | None = None) -> LMCacheBackendStore:
     from lmcache.v1.storage_backend.remote_backend import RemoteBackend
 
     config = _config(local_cpu=False, remote_url=url, remote_serde="naive",
@@ -429,7 +540,7 @@ def _remote_store(name: str, workdir: Path, url: str, *, capabilities: frozenset
     damage = damage_factory(backend) if damage_factory is not None else None
     return LMCacheBackendStore(name, backend, allocator, capabilities=capabilities, damage=damage,
                                cleanups=[(_LOOP_STOP, loop.stop)] + cleanups,
-                               workdir=Path(workdir))
+                               workdir=Path(workdir), server=server)
 
 
 # -- factories --------------------------------------------------------------------------------
@@ -468,10 +579,10 @@ def make_redis(workdir: Path) -> LMCacheBackendStore:
     data = Path(workdir) / "redis-data"
     data.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    proc = _start([exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
-                   "--save", "", "--appendonly", "no", "--daemonize", "no"],
-                  "redis-server", Path(workdir), port)
-    cleanups = [("redis-server stop", lambda: _stop(proc))]
+    server = _start([exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
+                     "--save", "", "--appendonly", "no", "--daemonize", "no"],
+                    "redis-server", Path(workdir), port)
+    cleanups = [("redis-server stop", server.stop)]
 
     def damage_factory(backend: Any) -> Callable[[Any, KVSpec, str], None]:
         import redis
@@ -496,23 +607,23 @@ def make_redis(workdir: Path) -> LMCacheBackendStore:
     try:
         return _remote_store("lmcache RemoteBackend redis://", workdir, f"redis://127.0.0.1:{port}",
                              capabilities=frozenset({"at_rest"}), damage_factory=damage_factory,
-                             cleanups=cleanups)
+                             cleanups=cleanups, server=server)
     except BaseException:
-        _stop(proc)
+        server.stop()
         raise
 
 
 def make_lm_server(workdir: Path) -> LMCacheBackendStore:
     """``RemoteBackend`` with ``lm://`` against ``python -m lmcache.v1.server 127.0.0.1 PORT cpu``."""
     port = _free_port()
-    proc = _start([sys.executable, "-m", "lmcache.v1.server", "127.0.0.1", str(port), "cpu"],
-                  "lmcache-server", Path(workdir), port)
+    server = _start([sys.executable, "-m", "lmcache.v1.server", "127.0.0.1", str(port), "cpu"],
+                    "lmcache-server", Path(workdir), port)
     try:
         return _remote_store("lmcache RemoteBackend lm://", workdir, f"lm://127.0.0.1:{port}",
                              capabilities=frozenset(), damage_factory=None,
-                             cleanups=[("lmcache server stop", lambda: _stop(proc))])
+                             cleanups=[("lmcache server stop", server.stop)], server=server)
     except BaseException:
-        _stop(proc)
+        server.stop()
         raise
 
 
@@ -532,6 +643,6 @@ def make_fs(workdir: Path) -> LMCacheBackendStore:
                          damage_factory=damage_factory, cleanups=[])
 
 
-__all__ = ["LMCacheBackendStore", "LMCacheHang", "make_fs", "make_lm_server", "make_local_cpu",
-           "make_local_disk", "make_redis", "lmcache_metadata", "cache_engine_key", "chunk_hash",
-           "to_chunk", "from_chunk"]
+__all__ = ["ChildServer", "LMCacheBackendStore", "LMCacheHang", "ServerGone", "make_fs",
+           "make_lm_server", "make_local_cpu", "make_local_disk", "make_redis", "lmcache_metadata",
+           "cache_engine_key", "chunk_hash", "to_chunk", "from_chunk"]
