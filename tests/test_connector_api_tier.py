@@ -28,6 +28,14 @@ EXPECTED = {
     ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_save_load_roundtrip"} | FILE_STORE_BUGS,
 }
 
+# Clauses that catch the same bug when their drawn examples exercise it (a partial prefix that
+# happens to hit a whole stored block): allowed to fail, not required to (wpt's intermittent).
+MAY_FAIL = {
+    ZOO + "reversed_blocks:ReversedBlocksConnector": {"api_partial_prefix"},
+    ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_partial_prefix"},
+    ZOO + "past_the_end:PastTheEndConnector": {"api_partial_prefix"},
+}
+
 
 def api_suite(run_suite, connector: str, *extra: str):
     return run_suite(f"--kv-connector={connector}", "--kv-tiers=connector", "--kv-profile=ci", *extra,
@@ -40,7 +48,7 @@ def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
     statuses = run.statuses()
     assert set(statuses) == API_CLAUSES, run.output[-3000:]
     failing = {c for c, s in statuses.items() if s == "Fail"}
-    assert failing == EXPECTED[connector], run.output[-3000:]
+    assert EXPECTED[connector] <= failing <= EXPECTED[connector] | MAY_FAIL.get(connector, set()), run.output[-3000:]
     assert set(statuses.values()) <= {"Pass", "Fail", "Not runnable"}, run.output[-3000:]
     for test in run.results["tests"]:
         if test["status"] == "Fail":
