@@ -118,7 +118,8 @@ function show(i) {
   if (cell.stack) d.appendChild(el("p", {class: "stack"}, "stack " + cell.stack.name + ": " +
     (cell.stack.error ? "install failed: " + cell.stack.error : "installed " +
      Object.entries(cell.stack.installed || {}).map(([k, v]) => k + " " + v).join(", ") +
-     (cell.stack.provisioned ? " (own venv)" : " (the runner's Python)"))));
+     (cell.stack.provisioned ? " (own venv" + (cell.stack.install_s != null ? ", installed in " +
+      cell.stack.install_s + " s" : "") + ")" : " (the runner's Python)"))));
   d.classList.remove("hidden");
   history.replaceState(null, "", "#cell=" + encodeURIComponent(cell.id));
 }

@@ -54,8 +54,8 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -
     junit = out.with_suffix(".junit.xml")
     log = out.with_suffix(".log")
     out.unlink(missing_ok=True)
-    started = time.monotonic()
     python, stack, failed = _stack_python(cell, stacks)
+    started = time.monotonic()  # after provisioning: the stack records its own install_s
     cmd = suite_command(cell.args, cell.tier.profile, out, junit, python=python)
     if failed is None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {})}
