@@ -103,31 +103,39 @@ class Provisioner:
 
     def _venv(self, stack: Stack, reqs: tuple[str, ...]) -> StackEnv:
         venv = self.root / stack.name
-        python = venv / "bin" / "python"
         spec = {"install": list(reqs), "torch": TORCH, "checkout": str(self.checkout),
                 "constraints": self.constraints.read_text() if self.constraints.exists() else None}
-        marker = venv / MARKER
+        marker, python = venv / MARKER, str(venv / "bin" / "python")
         try:
             recorded = json.loads(marker.read_text())
-            if recorded.get("spec") == spec:
-                return StackEnv(str(python), recorded["installed"], True, reqs, recorded.get("install_s"))
         except (OSError, ValueError):
-            pass
+            recorded = {}
+        if recorded.get("spec") == spec:
+            return StackEnv(python, recorded["installed"], True, reqs, recorded.get("install_s"))
         shutil.rmtree(venv, ignore_errors=True)
-        venv.parent.mkdir(parents=True, exist_ok=True)
-        what, started = " ".join(reqs), time.monotonic()
-        log: list[str] = []
-        pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
+        started, log = time.monotonic(), []
+        try:
+            installed = self._install(venv, stack, reqs, log)
+        finally:  # kept beside the venv, failed or not, for whoever wants more than the log tail
+            venv.mkdir(parents=True, exist_ok=True)
+            (venv / "install.log").write_text("\n".join(log))
+        install_s = round(time.monotonic() - started, 1)
+        marker.write_text(json.dumps({"spec": spec, "installed": installed, "install_s": install_s}, indent=2) + "\n")
+        return StackEnv(python, installed, True, reqs, install_s)
+
+    def _install(self, venv: Path, stack: Stack, reqs: tuple[str, ...], log: list[str]) -> dict[str, str]:
+        """The install steps, in order; returns the recorded versions pip really installed."""
+        python, what = str(venv / "bin" / "python"), " ".join(reqs)
+        pip = [python, "-m", "pip", "--disable-pip-version-check"]
         c = ["-c", str(self.constraints)] if self.constraints.exists() else []
+        venv.parent.mkdir(parents=True, exist_ok=True)
         _step(log, f"create the venv for {what}", [sys.executable, "-m", "venv", str(venv)])
         # A dry run first: a missing version or a CUDA torch fails here, before gigabytes land.
         report = venv / "pip-dry-run.json"
         _step(log, f"install of {what}", [*pip, "install", "--dry-run", "--report", str(report), *c, TORCH, *reqs])
-        cuda = sorted(p["metadata"]["name"] for p in json.loads(report.read_text())["install"]
-                      if p["metadata"]["name"].lower().startswith("nvidia-")
-                      or (p["metadata"]["name"] == "torch" and "+cpu" not in p["metadata"]["version"]))
+        cuda = _cuda_builds(json.loads(report.read_text()))
         if cuda:
-            raise StackError(f"install of {what} failed: pip would install a CUDA torch build ({', '.join(cuda)})",
+            raise StackError(f"install of {what} failed: pip would install CUDA builds ({', '.join(cuda)})",
                              "\n".join(log))
         _step(log, f"install of {TORCH}", [*pip, "install", *c, TORCH])  # alone: no detour to a CUDA build
         _step(log, f"install of {what}", [*pip, "install", *c, *reqs])
@@ -135,13 +143,16 @@ class Provisioner:
         _step(log, f"install of kvconform from {self.checkout}", [*pip, "install", "--no-deps", "-e", str(self.checkout)])
         _step(log, "install of the suite's dependencies", [*pip, "install", *c, *SUITE_DEPS])
         modules = ["vllm", *(["lmcache"] if stack.lmcache else [])]
-        _step(log, f"import of {', '.join(modules)}", [str(python), "-c", "import " + ", ".join(modules)])
-        frozen = _step(log, "pip freeze", [*pip, "freeze"])
-        installed = {name: version for name, version in _pins(frozen) if name in RECORDED}
-        install_s = round(time.monotonic() - started, 1)
-        marker.write_text(json.dumps({"spec": spec, "installed": installed, "install_s": install_s}, indent=2) + "\n")
-        (venv / "install.log").write_text("\n".join(log))
-        return StackEnv(str(python), installed, True, reqs, install_s)
+        _step(log, f"import of {', '.join(modules)}", [python, "-c", "import " + ", ".join(modules)])
+        return {name: version for name, version in _pins(_step(log, "pip freeze", [*pip, "freeze"]))
+                if name in RECORDED}
+
+
+def _cuda_builds(dry_run_report: dict[str, object]) -> list[str]:
+    """What a pip dry-run report would install that only runs on CUDA: nvidia-* wheels, a non-CPU torch."""
+    names = [(p["metadata"]["name"], p["metadata"]["version"]) for p in dry_run_report["install"]]  # type: ignore[index]
+    return sorted(f"{n}=={v}" for n, v in names
+                  if n.lower().startswith("nvidia-") or (n.lower() == "torch" and "+cpu" not in v))
 
 
 def _step(log: list[str], what: str, cmd: list[str]) -> str:

