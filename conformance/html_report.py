@@ -64,7 +64,7 @@ for (const [s, c] of Object.entries(colours)) {
   document.getElementById("legend").appendChild(span);
   document.getElementById("status").appendChild(el("option", {value: s}, s));
 }
-const coords = [...new Set(data.cells.flatMap(c => Object.keys(c.coordinates || {})))];
+const coords = data.coordinates || [];
 const head = el("tr");
 ["cell", "tier", ...coords, "verdict"].forEach(h => head.appendChild(el("th", {}, h)));
 data.clauses.forEach(c => head.appendChild(el("th", {class: "clause"}, c)));

@@ -55,7 +55,16 @@ def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
         })
     present = {c for cell in cells for c in cell["statuses"]}
     return {"schema": "kvconform.matrix-report/1", "clauses": [c for c in CLAUSES if c in present], "cells": cells,
-            "versions": version_grid(cells)}
+            "coordinates": coordinate_names(cells), "versions": version_grid(cells)}
+
+
+# Columns read from what is tested to what it ran on; result files store coordinates key-sorted.
+COORDINATE_ORDER = ("store", "connector", "model", "kv_cache_dtype", "vllm", "lmcache")
+
+
+def coordinate_names(cells: list[dict[str, Any]]) -> list[str]:
+    names = {k for cell in cells for k in cell.get("coordinates", {})}
+    return sorted(names, key=lambda k: (COORDINATE_ORDER.index(k) if k in COORDINATE_ORDER else len(COORDINATE_ORDER), k))
 
 
 def _version_key(version: str) -> list[int]:
@@ -92,7 +101,7 @@ def markdown(matrix: dict[str, Any]) -> str:
     for tier in dict.fromkeys(CLAUSES[c].tier for c in matrix["clauses"]):
         clauses = [c for c in matrix["clauses"] if CLAUSES[c].tier == tier]
         rows = [cell for cell in matrix["cells"] if any(c in cell["statuses"] for c in clauses)]
-        coords = list(dict.fromkeys(k for cell in rows for k in cell.get("coordinates", {})))
+        coords = coordinate_names(rows)
         lines += [f"## {tier} tier", "",
                   "| cell | tier | " + "".join(f"{k} | " for k in coords) + " | ".join(f"`{c}`" for c in clauses) + " |",
                   "|---|---|" + "---|" * (len(coords) + len(clauses))]

@@ -184,6 +184,7 @@ def stacked(tmp_path):
 
 def test_version_grid_shows_vllm_by_lmcache_per_model_and_dtype(stacked, tmp_path):
     matrix = report.render(stacked, tmp_path / "out")
+    assert matrix["coordinates"] == ["connector", "model", "kv_cache_dtype", "vllm", "lmcache"]  # not key-sorted
     grid = matrix["versions"]
     assert grid["columns"] == ["vLLM 0.28.0 / LMCache 0.5.6", "vLLM 0.32.0 / LMCache 0.5.6"]  # oldest first
     rows = {row["key"][0]: {c: v["verdict"] for c, v in row["cells"].items()} for row in grid["rows"]}
