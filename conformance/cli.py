@@ -21,7 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--report", type=Path, default=Path("reports"))
     run.add_argument("--rerun", action="store_true", help="rerun cells that already have results")
     run.add_argument("--cell", action="append", default=[], metavar="NAME",
-                     help="run only this cell (repeatable); the report still covers every result present")
+                     help="run only this cell, by name or id (repeatable); the report still covers every result present")
+    run.add_argument("--stacks-dir", type=Path, default=Path(".kvconform/stacks"),
+                     help="where a stack that the current Python lacks gets its venv (default: .kvconform/stacks)")
+    run.add_argument("--no-provision", action="store_true",
+                     help="never create stack venvs: a stack not installed here makes its cells Error")
 
     report = sub.add_parser("report", help="render RESULTS_DIR into matrix.json, matrix.md, index.html")
     report.add_argument("results_dir", type=Path)
@@ -66,16 +70,17 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         cells = matrix.load(args.matrix).cells(args.tier)
-        unknown = sorted(set(args.cell) - {c.name for c in cells})
+        unknown = sorted(set(args.cell) - {c.name for c in cells} - {c.id for c in cells})
         if unknown:
             raise matrix.MatrixError(f"{args.matrix}: tier {args.tier!r} has no cell {unknown[0]!r}; "
                                      f"valid: {', '.join(c.name for c in cells)}")
     except matrix.MatrixError as exc:
         print(f"kvconform: {exc}", file=sys.stderr)
         return 2
-    cells = [c for c in cells if not args.cell or c.name in args.cell]
+    cells = [c for c in cells if not args.cell or c.name in args.cell or c.id in args.cell]
     results_dir = args.results or Path("results") / args.tier
-    runner.run_cells(cells, results_dir, rerun=args.rerun)
+    stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision)
+    runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks)
     rendered = report.render(results_dir, args.report)
     print(f"kvconform: report written to {args.report}/index.html, matrix.md and matrix.json")
     return 1 if report.is_red(rendered) else 0

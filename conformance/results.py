@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from conformance import __version__
 
@@ -43,10 +43,10 @@ class TestRecord:
     message: str = ""
 
 
-def package_versions() -> dict[str, str]:
+def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str]:
     """Installed versions of the packages a verdict depends on (read without importing them)."""
     out = {}
-    for name in PACKAGES:
+    for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

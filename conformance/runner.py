@@ -19,9 +19,11 @@ from typing import Any, Callable, Sequence
 from conformance import __version__, results
 from conformance.clauses import CLAUSES
 from conformance.matrix import Cell
+from conformance.stacks import Provisioner, StackError, requirements
 from conformance.status import Status
 
 LOG_TAIL_CHARS = 4000
+DEFAULT_STACKS_DIR = Path(".kvconform/stacks")
 
 
 def result_path(results_dir: Path, cell: Cell) -> Path:
@@ -37,41 +39,66 @@ def is_done(path: Path) -> bool:
 
 
 def suite_command(args: Sequence[str], profile: str, out: Path, junit: Path,
-                  kv_cache_dtypes: Sequence[str] | None = None) -> list[str]:
+                  kv_cache_dtypes: Sequence[str] | None = None, python: str = sys.executable) -> list[str]:
     """The pytest command line that runs the conformance suite on one implementation (``args``)."""
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q", *args,
+    cmd = [python, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q", *args,
            f"--kv-profile={profile}", f"--kv-results={out}", f"--junitxml={junit}"]
     if kv_cache_dtypes:
         cmd.append(f"--kv-cache-dtypes={','.join(kv_cache_dtypes)}")
     return cmd
 
 
-def run_cell(cell: Cell, results_dir: Path) -> dict[str, Any]:
-    """Run one cell; always returns (and writes) its results document."""
+def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -> dict[str, Any]:
+    """Run one cell (in its stack's Python, provisioned by ``stacks``); always returns and writes its results."""
     out = result_path(results_dir, cell)
     junit = out.with_suffix(".junit.xml")
     log = out.with_suffix(".log")
-    cmd = suite_command(cell.args, cell.tier.profile, out, junit)
     out.unlink(missing_ok=True)
-    started = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cell.tier.timeout_s,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        output, problem = proc.stdout + proc.stderr, None
-        if not out.exists():
-            problem = f"pytest exited {proc.returncode} without writing results"
-    except subprocess.TimeoutExpired as exc:
-        output = _text(exc.stdout) + _text(exc.stderr)
-        problem = f"cell exceeded its {cell.tier.timeout_s:g}s deadline and was killed"
+    python, stack, failed = _stack_python(cell, stacks)
+    started = time.monotonic()  # after provisioning: the stack records its own install_s
+    cmd = suite_command(cell.args, cell.tier.profile, out, junit, python=python)
+    if failed is None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {})}
+        output, problem = _run_pytest(cmd, out, cell.tier.timeout_s, env)
+    else:
+        output, problem = failed.log, failed.reason
     log.write_text(output)
     doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
+    shown = "python" if python == sys.executable else os.path.relpath(python)
     doc["cell"] = {"id": cell.id, "name": cell.name, "kind": cell.kind, "coordinates": dict(cell.coordinates),
-                   "tier": cell.tier.name,
-                   "command": " ".join(["python", *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml"),
+                   "tier": cell.tier.name, "stack": stack,
+                   "command": " ".join([shown, *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml"),
                    "wall_s": round(time.monotonic() - started, 2)}
     apply_expectations(doc, cell)
     results.write(out, doc)
     return doc
+
+
+def _stack_python(cell: Cell, stacks: Provisioner | None) -> tuple[str, dict[str, Any] | None, StackError | None]:
+    """The Python the cell runs in and its stack's record; a stack that failed to install is returned, not raised."""
+    if cell.stack is None:
+        return sys.executable, None, None
+    try:
+        found = (stacks or default_provisioner()).env(cell.stack)
+    except StackError as exc:
+        return sys.executable, {"name": cell.stack.name, "install": list(requirements(cell.stack)),
+                                "error": exc.reason}, exc
+    return found.python, found.record(cell.stack), None
+
+
+def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True) -> Provisioner:
+    """Venvs under ``root``, with kvconform installed from the checkout this code runs from."""
+    return Provisioner(root, Path(__file__).resolve().parents[1], provision=provision)
+
+
+def _run_pytest(cmd: list[str], out: Path, timeout_s: float, env: dict[str, str]) -> tuple[str, str | None]:
+    """(output, problem): problem is None when pytest wrote its results in time."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        return _text(exc.stdout) + _text(exc.stderr), f"cell exceeded its {timeout_s:g}s deadline and was killed"
+    problem = None if out.exists() else f"pytest exited {proc.returncode} without writing results"
+    return proc.stdout + proc.stderr, problem
 
 
 def _text(data: Any) -> str:
@@ -110,11 +137,11 @@ def apply_expectations(doc: dict[str, Any], cell: Cell) -> None:
     doc["summary"] = dict(sorted(Counter(t["status"] for t in doc["tests"]).items()))
 
 
-def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False,
+def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stacks: Provisioner | None = None,
               say: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run ``cells`` in order, skipping those already done; report progress as it goes."""
     Path(results_dir).mkdir(parents=True, exist_ok=True)
-    docs, started = [], time.monotonic()
+    docs, started, stacks = [], time.monotonic(), stacks or default_provisioner()
     for i, cell in enumerate(cells, 1):
         path = result_path(results_dir, cell)
         prefix = f"[{i}/{len(cells)}] {cell.id} ({time.monotonic() - started:.0f}s elapsed)"
@@ -123,7 +150,7 @@ def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False,
             docs.append(json.loads(path.read_text()))
             continue
         say(f"{prefix}: running on tier {cell.tier.name} ({cell.tier.profile})")
-        doc = run_cell(cell, results_dir)
+        doc = run_cell(cell, results_dir, stacks)
         say(f"{prefix}: " + ", ".join(f"{n} {s}" for s, n in doc["summary"].items()))
         docs.append(doc)
     return docs

