@@ -308,7 +308,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
     report = yield
     c = clause_of(item)
-    status = _status_of(report, call) if c is not None else None
+    status = _status_of(report, call, c.tier) if c is not None else None
     if status is not None:
         report.user_properties.append(("kvconform.clause", c.id))
         report.user_properties.append(("kvconform.status", status.value))
@@ -321,8 +321,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None]) -> Any:
+# Tiers whose tests call the implementation only through wrappers that turn its faults into a
+# ClauseViolation: anything else that fails there is the suite's own fault, an Error.
+STRICT_FAIL_TIERS = ("connector",)
+
+
+def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None], tier: str = "store") -> Any:
     """The lattice status decided by this phase's report, or None when the phase decides nothing."""
+    from conformance.asserts import ClauseViolation
     from conformance.guard import HarnessError
     from conformance.status import DISABLED_PREFIX, NOT_RUNNABLE_PREFIX, Status
 
@@ -332,7 +338,11 @@ def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None]) -> Any:
         if report.passed:
             return Status.PASS
         if report.failed:
-            return Status.ERROR if _found(call.excinfo, HarnessError) else Status.FAIL
+            if _found(call.excinfo, HarnessError):
+                return Status.ERROR
+            if tier in STRICT_FAIL_TIERS and not _found(call.excinfo, ClauseViolation):
+                return Status.ERROR
+            return Status.FAIL
     if report.skipped:
         reason = _message(report).removeprefix("Skipped: ")
         if reason.startswith(DISABLED_PREFIX):

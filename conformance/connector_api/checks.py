@@ -24,8 +24,9 @@ def views_over(caches: Mapping[str, torch.Tensor], raw: torch.Tensor) -> dict[st
 
 
 def _rows(view: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """The KV of tokens (block, offset) of a [B, H, N, C] layer view, one row of bytes per token."""
-    tokens = view[blocks, :, offsets]  # advanced indexing: [T, H, C], a copy
+    """The KV of tokens (block, offset) of a layer view, one row of bytes per token: [B, H, N, C]
+    views (attention) and [B, N, C] views (MLA's latent, one per token)."""
+    tokens = view[blocks, offsets] if view.dim() == 3 else view[blocks, :, offsets]  # a copy
     return tokens.contiguous().view(torch.uint8).reshape(len(blocks), -1)
 
 

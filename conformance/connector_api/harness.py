@@ -108,6 +108,7 @@ class ConnectorHarness:
         config = era.make_config(model=str(self.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype,
                                  layout=layout, block_size=block_size)
         mla = bool(config.model_config.use_mla)
+        block_size = config.cache_config.block_size  # vLLM may override it (CPU MLA needs 16)
         layer_names = [f"model.layers.{i}.self_attn.attn"
                        for i in range(config.model_config.get_num_layers(config.parallel_config))]
         kv_cache_config, caches = era.allocate(config, layer_names, self.num_blocks, mla)

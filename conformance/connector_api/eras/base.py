@@ -29,9 +29,6 @@ class Era(Protocol):
                  mla: bool) -> tuple[Any, dict[str, torch.Tensor]]:
         """(KVCacheConfig, layer name -> paged KV view) as vLLM's model runner allocates them."""
 
-    def token_kv(self, cache: torch.Tensor, block: int, offset: int) -> torch.Tensor:
-        """The KV of the token at ``offset`` of ``block`` in one layer's view."""
-
     def make_scheduler(self, config: Any, kv_cache_config: Any) -> Any: ...
 
     def make_worker_connector(self, config: Any, kv_cache_config: Any) -> Any: ...

@@ -86,9 +86,6 @@ class LayoutEnumEra:
                                    config.cache_config.get_resolved_kv_cache_layout())
         return kv_cache_config, caches
 
-    def token_kv(self, cache: torch.Tensor, block: int, offset: int) -> torch.Tensor:
-        return cache[block, :, offset]  # [B, H, N, C]: N is the token slot within a block
-
     def make_scheduler(self, config: Any, kv_cache_config: Any) -> Any:
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.structured_output import StructuredOutputManager
