@@ -22,6 +22,10 @@ SCHEMA = "kvconform.matrix/1"
 PROFILES = ("dev", "ci", "deep", "certify")
 PLATFORMS = ("cpu", "cuda")  # install lists a stack may give; the runner installs "cpu"
 NO_LMCACHE = "none"  # the lmcache coordinate of a stack without LMCache
+# What a connector entry runs: the connector-API tier (one cell per model, drawing the dtype axis)
+# and the engine tier (one cell per model and kv_cache_dtype).
+CONNECTOR_SUITES = ("connector", "engine")
+API_DTYPES_SEP = "+"  # a connector-API cell's kv_cache_dtype coordinate: the axis it drew from
 
 
 class MatrixError(ValueError):
@@ -59,7 +63,7 @@ class Cell:
     """One run of the suite: an implementation on a tier, and the clauses it is expected to fail."""
 
     name: str
-    kind: str  # "store" or "engine"
+    kind: str  # the tier its clauses belong to: "store", "connector" (the connector-API tier) or "engine"
     args: tuple[str, ...]  # the pytest options that select the implementation under test
     tier: Tier
     coordinates: Mapping[str, str] = field(default_factory=dict)
@@ -73,11 +77,13 @@ class Cell:
         stack = self.stack.labels if self.stack else ()
         if self.kind == "engine":
             return (*stack, *(self.coordinates[k] for k in ("model", "kv_cache_dtype", "connector")))
+        if self.kind == "connector":
+            return (*stack, self.coordinates["model"], "api", self.coordinates["connector"])
         return (self.coordinates.get("store", self.name), *stack)
 
     @property
     def id(self) -> str:
-        return ("cell(" if self.kind == "engine" else "store(") + ", ".join(self.labels) + ")"
+        return ("store(" if self.kind == "store" else "cell(") + ", ".join(self.labels) + ")"
 
     @property
     def job_id(self) -> str:
@@ -119,15 +125,9 @@ class Matrix:
         cells = [self._on_stack(Cell(name, "store", (f"--kv-store={spec['target']}",), t, {"store": name}), stack)
                  for name, spec in self.stores.items() if tier in spec["tiers"] for stack in spec["stacks"]]
         for name, spec in self.connectors.items():
-            if tier not in spec["tiers"]:
-                continue
-            # Stack outermost: a stack's cells run together, after its one install.
-            for stack, model, dtype in itertools.product(spec["stacks"], spec["models"], spec["kv_cache_dtypes"]):
-                coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": dtype}
-                args = (f"--kv-connector={spec['connector']}", f"--model={model}", f"--kv-cache-dtype={dtype}",
-                        *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])]
-                          if spec.get("extra_config") else []))
-                cells.append(self._on_stack(Cell(f"{name}-{model}-{dtype}", "engine", args, t, coords), stack))
+            if tier in spec["tiers"]:
+                cells += [self._on_stack(cell, stack) for stack in spec["stacks"]
+                          for cell in connector_cells(name, spec, t)]
         if tier in self.control_tiers:
             cells += control_cells(t, self.path.resolve().parent)
         return [self._expect(c) for c in cells]
@@ -143,8 +143,28 @@ class Matrix:
         expected = dict(cell.expected_failures)
         for e in self.expectations:
             if e.matches(cell.coordinates):
-                expected.update({c: e.reason for c in e.clauses})
+                expected.update({c: e.reason for c in e.clauses if CLAUSES[c].tier == cell.kind})
         return replace(cell, expected_failures=expected)
+
+
+def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell]:
+    """A connector entry's cells on one stack: per model, one connector-API cell (it draws the whole
+    dtype axis itself) and one engine cell per kv_cache_dtype (each engine runs one)."""
+    chosen = (f"--kv-connector={spec['connector']}",
+              *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])] if spec.get("extra_config") else []))
+    dtypes = spec["kv_cache_dtypes"]
+    cells = []
+    for model in spec["models"]:
+        if "connector" in spec["suites"]:
+            coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": API_DTYPES_SEP.join(dtypes)}
+            args = (*chosen, f"--model={model}", "--kv-tiers=connector", f"--kv-cache-dtypes={','.join(dtypes)}")
+            cells.append(Cell(f"{name}-api-{model}", "connector", args, tier, coords))
+        if "engine" in spec["suites"]:
+            for dtype in dtypes:
+                coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": dtype}
+                args = (*chosen, f"--model={model}", "--kv-tiers=engine", f"--kv-cache-dtype={dtype}")
+                cells.append(Cell(f"{name}-{model}-{dtype}", "engine", args, tier, coords))
+    return cells
 
 
 def control_cells(tier: Tier, checkout: Path) -> list[Cell]:
@@ -210,8 +230,11 @@ def load(path: Path) -> Matrix:
     connectors: dict[str, dict[str, Any]] = {}
     for name, spec in (data.get("connectors") or {}).items():
         where = f"connectors.{name}"
-        _keys(spec, path, where, {"connector", "extra_config", "models", "kv_cache_dtypes", "tiers", "stacks"},
-              {"connector", "models", "kv_cache_dtypes", "tiers"})
+        _keys(spec, path, where, {"connector", "extra_config", "models", "kv_cache_dtypes", "tiers", "stacks",
+                                  "suites"}, {"connector", "models", "kv_cache_dtypes", "tiers"})
+        suites = spec.get("suites", list(CONNECTOR_SUITES))
+        _expect(isinstance(suites, list) and suites and set(suites) <= set(CONNECTOR_SUITES), path,
+                f"{where}.suites", f"a non-empty list from {list(CONNECTOR_SUITES)}, got {suites!r}")
         _expect(isinstance(spec["connector"], str), path, f"{where}.connector", "a registry name or module:Class")
         _expect(isinstance(spec.get("extra_config", {}), dict), path, f"{where}.extra_config", "a mapping")
         for key, valid in (("models", model_profiles(path)), ("kv_cache_dtypes", list(KV_CACHE_DTYPE_NAMES))):
@@ -219,7 +242,7 @@ def load(path: Path) -> Matrix:
             _expect(isinstance(value, list) and value, path, f"{where}.{key}", f"a non-empty list from {valid}")
             for i, v in enumerate(value):
                 _expect(v in valid, path, f"{where}.{key}[{i}]", f"one of {valid}, got {v!r}")
-        connectors[name] = {**spec, "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
+        connectors[name] = {**spec, "suites": suites, "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
                             "stacks": _stack_list(spec, stacks, spec["connector"], path, where)}
     expectations = []
     for i, spec in enumerate(data.get("expectations") or []):

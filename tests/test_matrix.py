@@ -268,3 +268,30 @@ def test_expectations_can_be_conditional_on_the_stack_versions(tmp_path):
     cells = {c.name: c for c in matrix.load(write(tmp_path, text)).cells("quick")}
     assert cells["ex-qwen3-tiny-auto@v28"].expected_failures == {"engine_store_then_load": "old"}
     assert cells["ex-qwen3-tiny-auto@v32"].expected_failures == {}
+
+
+def test_connector_entries_yield_one_api_cell_per_model_and_engine_cells_per_dtype():
+    from conformance.matrix import load
+
+    cells = [c for c in load(REPO / "matrix.yaml").cells("standard") if c.coordinates.get("connector")]
+    api = [c for c in cells if c.kind == "connector"]
+    assert api and all("--kv-tiers=connector" in c.args for c in api)
+    assert all("--kv-tiers=engine" in c.args for c in cells if c.kind == "engine")
+    example_api = next(c for c in api if c.coordinates["connector"] == "ExampleConnector"
+                       and c.coordinates["vllm"] == "0.32.0")
+    assert "--kv-cache-dtypes=auto,fp8_e5m2" in example_api.args
+    assert example_api.id == "cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, api, ExampleConnector)"
+    # An expectation names clauses of several tiers; a cell takes only its own tier's.
+    assert set(example_api.expected_failures) == {"api_format_isolation", "api_damaged_storage"}
+
+
+def test_bad_suites_is_one_clear_line(tmp_path):
+    from conformance.matrix import MatrixError, load
+
+    text = (REPO / "matrix.yaml").read_text().replace("    connector: ExampleConnector\n",
+                                                       "    connector: ExampleConnector\n    suites: [api]\n", 1)
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text(text)
+    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
+    with pytest.raises(MatrixError, match=r"connectors\.example\.suites: expected a non-empty list from"):
+        load(bad)
