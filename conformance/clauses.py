@@ -62,24 +62,6 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("state_machine", _STORE,
            "any sequence of put/get/contains/overwrite (and delete, when claimed) agrees with a "
            "dict model"),
-    Clause("engine_store_then_load", _ENGINE,
-           "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
-           "logprobs bit-identical to a no-connector baseline, and really loaded external KV "
-           "(vLLM's external prefix-cache hits > 0)"),
-    Clause("engine_effective_dtype", _ENGINE,
-           "the engines run the requested kv_cache_dtype: vLLM's resolved cache dtype and the KV "
-           "tensors it allocated match the KVSpec (no silent fallback to auto)"),
-    Clause("engine_format_isolation", _ENGINE,
-           "an engine of another kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the same "
-           "storage misses or refuses cleanly: never served the other format's bytes, never crashes"),
-    Clause("engine_block_boundaries", _ENGINE,
-           "prompts one short of, at, and one past block multiples, and a prompt extending a "
-           "stored prefix, load bit-identically"),
-    Clause("engine_concurrent_requests", _ENGINE,
-           "concurrent requests with shared and distinct prefixes load bit-identically"),
-    Clause("engine_lost_storage", _ENGINE,
-           "with the storage lost or truncated between store and load, the engine recomputes or "
-           "fails clearly (per kv_load_failure_policy); it never returns wrong tokens"),
     Clause("api_requirements", _CONNECTOR,
            "every vLLM name the connector's module imports, overrides or calls exists in the installed "
            "vLLM (read with ast before anything is built); a missing one is named with the release it "
@@ -103,6 +85,24 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("api_format_isolation", _CONNECTOR,
            "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
            "same storage loads nothing or reports the load failed: never the other format's bytes"),
+    Clause("engine_store_then_load", _ENGINE,
+           "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
+           "logprobs bit-identical to a no-connector baseline, and really loaded external KV "
+           "(vLLM's external prefix-cache hits > 0)"),
+    Clause("engine_effective_dtype", _ENGINE,
+           "the engines run the requested kv_cache_dtype: vLLM's resolved cache dtype and the KV "
+           "tensors it allocated match the KVSpec (no silent fallback to auto)"),
+    Clause("engine_format_isolation", _ENGINE,
+           "an engine of another kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the same "
+           "storage misses or refuses cleanly: never served the other format's bytes, never crashes"),
+    Clause("engine_block_boundaries", _ENGINE,
+           "prompts one short of, at, and one past block multiples, and a prompt extending a "
+           "stored prefix, load bit-identically"),
+    Clause("engine_concurrent_requests", _ENGINE,
+           "concurrent requests with shared and distinct prefixes load bit-identically"),
+    Clause("engine_lost_storage", _ENGINE,
+           "with the storage lost or truncated between store and load, the engine recomputes or "
+           "fails clearly (per kv_load_failure_policy); it never returns wrong tokens"),
 )}
 assert CLAUSES, "no clauses defined"  # sanity check
 

@@ -19,6 +19,9 @@ from conformance.status import Status, worst
 RED = {Status.FAIL.value, Status.ERROR.value, Status.XPASS.value}
 
 
+TIER_TITLES = {"store": "store tier", "connector": "connector-API tier", "engine": "engine tier"}
+
+
 def load_results(results_dir: Path) -> list[dict[str, Any]]:
     docs = []
     for path in sorted(Path(results_dir).glob("*.json")):
@@ -102,7 +105,7 @@ def markdown(matrix: dict[str, Any]) -> str:
         clauses = [c for c in matrix["clauses"] if CLAUSES[c].tier == tier]
         rows = [cell for cell in matrix["cells"] if any(c in cell["statuses"] for c in clauses)]
         coords = coordinate_names(rows)
-        lines += [f"## {tier} tier", "",
+        lines += [f"## {TIER_TITLES.get(tier, tier + ' tier')}", "",
                   "| cell | tier | " + "".join(f"{k} | " for k in coords) + " | ".join(f"`{c}`" for c in clauses) + " |",
                   "|---|---|" + "---|" * (len(coords) + len(clauses))]
         for cell in rows:
