@@ -25,6 +25,7 @@ TWINS = {"fp8_e4m3": "fp8_e5m2", "fp8_e5m2": "fp8_e4m3", "fp8": "fp8_e5m2", "bfl
          "float16": "bfloat16"}
 BLOCK_SIZES = (16, 32)
 UNIQUE_PREFIX = 2  # tokens that make every example's prompts its own
+LOW_TOKEN = 2  # 0 and 1 are often special
 _counter = itertools.count(1)
 
 
@@ -33,8 +34,6 @@ def kv_cache_dtypes() -> st.SearchStrategy[str]:
     chosen = [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()]
     return st.sampled_from(chosen or list(CPU_KV_CACHE_DTYPES))
 
-
-LOW_TOKEN = 2  # 0 and 1 are often special
 
 
 @dataclass(frozen=True)
