@@ -258,6 +258,8 @@ def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
                                       timeout_s=opt(KV_TIMEOUT_OPTION))
     except EraUnavailable as exc:
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+    except ValueError as exc:
+        pytest.exit(f"kvconform: {exc}", returncode=4)
     yield harness
     close()
 

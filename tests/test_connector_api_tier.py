@@ -67,3 +67,13 @@ def test_format_isolation_names_both_formats(run_suite):
     run = api_suite(run_suite, "ExampleConnector", "--kv-cache-dtypes=fp8_e4m3,fp8_e5m2")
     (iso,) = [t for t in run.results["tests"] if t["clause"] == "api_format_isolation"]
     assert iso["status"] == "Fail" and "fp8_e4m3" in iso["message"] and "fp8_e5m2" in iso["message"], iso
+
+
+@pytest.mark.parametrize("connector, says", [
+    ("NoSuchConnector", "is not a connector the installed vLLM registers"),
+    ("no.such.module:Foo", "no module 'no.such.module' is importable here"),
+])
+def test_unknown_connector_is_one_clear_line(run_suite, connector, says):
+    run = api_suite(run_suite, connector)
+    assert run.returncode == 4, run.output[-2000:]
+    assert says in run.output, run.output[-2000:]

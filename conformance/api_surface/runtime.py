@@ -90,6 +90,13 @@ def _registry(section: dict[str, Any]) -> None:
     section["connectors"] = connectors
 
 
+def registered_names() -> list[str]:
+    """The connector names vLLM's factory registers."""
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+
+    return list(KVConnectorFactory._registry)
+
+
 def registered_module(name: str) -> str | None:
     """The module vLLM's factory would import for the registered connector ``name`` (not imported)."""
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory

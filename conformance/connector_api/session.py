@@ -18,6 +18,7 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
     from conformance.engine.models import materialise
 
     era = select_era()
+    _check_resolvable(connector)
     model_dir = Path(model) if Path(model).is_dir() else materialise(model)
     extra, close, lose = {}, (lambda: None), None
     if connector.name == "LMCacheMPConnector" and "lmcache.mp.port" not in connector.extra_config:
@@ -33,3 +34,26 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
 
     return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra,
                             lose_remote=lose), close
+
+
+def _check_resolvable(connector: ConnectorChoice) -> None:
+    """An unknown registry name or an unimportable module is the user's typo: one clear line
+    (ValueError) before anything starts, not a failure of every clause."""
+    import importlib.util
+
+    from conformance.api_surface.runtime import registered_names
+
+    if connector.module_path is None:
+        names = registered_names()
+        if connector.name not in names:
+            raise ValueError(f"--kv-connector {connector.name!r} is not a connector the installed vLLM registers "
+                             f"(registered: {', '.join(sorted(names))}); for your own connector pass "
+                             "'package.module:ClassName'")
+        return
+    try:
+        found = importlib.util.find_spec(connector.module_path)
+    except ModuleNotFoundError:
+        found = None
+    if found is None:
+        raise ValueError(f"--kv-connector {connector.label!r}: no module {connector.module_path!r} is importable "
+                         "here (is its package installed in this Python?)")
