@@ -34,10 +34,18 @@ def load_results(results_dir: Path) -> list[dict[str, Any]]:
     return docs
 
 
+def clause_statuses(tests: list[dict[str, Any]]) -> dict[str, str]:
+    """One status per clause: the most severe of its tests (a parametrized clause has several)."""
+    by_clause: dict[str, list[Status]] = {}
+    for t in tests:
+        by_clause.setdefault(t["clause"], []).append(Status(t["status"]))
+    return {clause: worst(found).value for clause, found in by_clause.items()}
+
+
 def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
     cells = []
     for doc in docs:
-        statuses = {t["clause"]: t["status"] for t in doc["tests"]}
+        statuses = clause_statuses(doc["tests"])
         packages = doc["environment"]["packages"]
         coordinates = dict(doc["cell"].get("coordinates") or {})
         if doc["cell"].get("kind") == "engine" and "vllm" not in coordinates:

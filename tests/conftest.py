@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from conformance.report import clause_statuses
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -23,7 +25,7 @@ class SuiteRun:
 
     def statuses(self) -> dict[str, str]:
         assert self.results is not None, self.output[-3000:]
-        return {t["clause"]: t["status"] for t in self.results["tests"]}
+        return clause_statuses(self.results["tests"])
 
     def failed_clauses(self) -> set[str]:
         return {c for c, s in self.statuses().items() if s == "Fail"}
