@@ -79,4 +79,4 @@ def changed_blocks(run: Run, blocks: Iterable[int]) -> list[str]:
 def unowned_blocks(run: Run, owner: str) -> list[int]:
     """Every block of the cache that ``owner`` does not hold (the null block 0 included)."""
     owned = set(run.blocks.get(owner, ()))
-    return [b for b in range(next(iter(run.caches.values())).shape[0]) if b not in owned]
+    return [b for b in range(run.num_blocks) if b not in owned]

@@ -55,8 +55,9 @@ class Run:
     load_errors: set[int] = field(default_factory=set)  # block ids the connector said failed
 
     @property
-    def after(self) -> torch.Tensor:
-        return backing_bytes(self.caches)
+    def num_blocks(self) -> int:
+        """Blocks in each layer's view (vLLM's KVCacheConfig may round what was asked)."""
+        return next(iter(self.caches.values())).shape[0]
 
 
 def backing_bytes(caches: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -115,18 +116,12 @@ class ConnectorHarness:
         raw = backing_bytes(caches)
         fill(raw, era.storage_dtype(config), str(config.model_config.dtype).removeprefix("torch."))
         run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
-        scheduler = self._guarded(self._built("scheduler", era.make_scheduler, config, kv_cache_config),
+        scheduler = self._guarded(self._hook("building the scheduler", era.make_scheduler, config, kv_cache_config),
                                   "scheduler")
+        worker = self._guarded(self._setup("building the worker connector", era.make_worker_connector, config,
+                                           kv_cache_config), "worker connector")
         try:
-            built = self._built("worker connector", era.make_worker_connector, config, kv_cache_config)
-        except ConnectorRaised as exc:
-            raise LayoutRefused(exc.phase, exc.exc) if isinstance(exc.exc, NotImplementedError) else exc
-        worker = self._guarded(built, "worker connector")
-        try:
-            try:
-                self._hook("register_kv_caches", worker.register_kv_caches, caches)
-            except ConnectorRaised as exc:
-                raise LayoutRefused(exc.phase, exc.exc) if isinstance(exc.exc, NotImplementedError) else exc
+            self._setup("register_kv_caches", worker.register_kv_caches, caches)
             for request_id, prompt in requests:
                 self._hook("scheduler", scheduler.add_request, era.make_request(request_id, prompt, block_size))
             self._steps(scheduler, worker.inner, run, config)
@@ -170,15 +165,6 @@ class ConnectorHarness:
         return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s)
 
     @staticmethod
-    def _built(phase: str, make: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return make(*args)
-        except HarnessError:
-            raise
-        except Exception as exc:
-            raise ConnectorRaised(f"building the {phase}", exc) from exc
-
-    @staticmethod
     def _hook(phase: str, call: Callable[..., Any], *args: Any) -> Any:
         try:
             return call(*args)
@@ -186,3 +172,13 @@ class ConnectorHarness:
             raise
         except Exception as exc:
             raise ConnectorRaised(phase, exc) from exc
+
+    @classmethod
+    def _setup(cls, phase: str, call: Callable[..., Any], *args: Any) -> Any:
+        """A hook that builds the worker side: NotImplementedError there declines the layout."""
+        try:
+            return cls._hook(phase, call, *args)
+        except ConnectorRaised as exc:
+            if isinstance(exc.exc, NotImplementedError):
+                raise LayoutRefused(exc.phase, exc.exc) from exc.exc
+            raise

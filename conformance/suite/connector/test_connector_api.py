@@ -54,21 +54,30 @@ def _draw_case(data: st.DataObject, api, *, dtypes=None, min_len: int = 1):
     return block_size, dtype, layout, ps
 
 
-def _store_and_load(api, data, *, block_size, layout, stored, load, dtype, load_dtype=None,
+def _store_and_load(api, fills, *, block_size, layout, stored, load, dtype, load_dtype=None,
                     neighbour) -> tuple[Run, Run]:
-    """A store run of ``stored``, then a load run of ``neighbour`` and ``load`` over the same storage.
-
-    ``data`` draws the caches' bit patterns; an int seeds random bytes instead.
-    """
+    """A store run of ``stored``, then a load run of ``neighbour`` and ``load`` over the same storage;
+    ``fills`` write each run's caches."""
     load_dtype = load_dtype or dtype
-    fills = ((seeded_fill(data), seeded_fill(data + 1)) if isinstance(data, int)
-             else (filler(data, dtype), filler(data, load_dtype)))
     storage = f"example-{uuid.uuid4().hex[:12]}"
     store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=[("stored", stored)],
                     fill=fills[0], storage=storage)
     loaded = api.run(kv_cache_dtype=load_dtype, layout=layout, block_size=block_size,
                      requests=[("neighbour", neighbour), ("load", load)], fill=fills[1], storage=storage)
     return store, loaded
+
+
+def _drawn_fills(data: st.DataObject, dtype: str, load_dtype: str | None = None):
+    """Drawn bit patterns for the store run's caches and the load run's."""
+    return filler(data, dtype), filler(data, load_dtype or dtype)
+
+
+def _drawn_roundtrip(api, data: st.DataObject, cid: str) -> tuple[Run, Run]:
+    """A drawn case (block size, dtype, layout, prompts) stored, then loaded under the same prompt."""
+    block_size, dtype, layout, ps = _draw_case(data, api)
+    with _connector_faults_fail(cid):
+        return _store_and_load(api, _drawn_fills(data, dtype), block_size=block_size, layout=layout,
+                               stored=ps.stored, load=ps.stored, dtype=dtype, neighbour=ps.neighbour)
 
 
 def _where(run: Run, what: str) -> str:
@@ -103,8 +112,9 @@ def _loads_something(api) -> None:
     ps = unique_prompts(api.vocab_size, 8 * 32 + 1, seed=1)
     prompt = ps.stored
     with _connector_faults_fail(cid):
-        store, load = _store_and_load(api, 1, block_size=32, layout=api.era.layouts()[0], stored=prompt,
-                                      load=prompt, dtype="auto", neighbour=ps.neighbour)
+        _, load = _store_and_load(api, (seeded_fill(1), seeded_fill(2)), block_size=32,
+                                  layout=api.era.layouts()[0], stored=prompt, load=prompt, dtype="auto",
+                                  neighbour=ps.neighbour)
     if load.external_tokens.get("load", 0) <= 0:
         raise ClauseViolation(cid, f"the second connector pair loaded nothing for a {len(prompt)}-token prompt "
                                    f"the first pair had saved {_where(load, 'probe')}: the connector "
@@ -116,10 +126,7 @@ def _loads_something(api) -> None:
 @given(data=st.data())
 def _roundtrip_examples(connector_api, data):
     cid = "api_save_load_roundtrip"
-    block_size, dtype, layout, ps = _draw_case(data, connector_api)
-    with _connector_faults_fail(cid):
-        store, load = _store_and_load(connector_api, data, block_size=block_size, layout=layout,
-                                      stored=ps.stored, load=ps.stored, dtype=dtype, neighbour=ps.neighbour)
+    store, load = _drawn_roundtrip(connector_api, data, cid)
     n = load.external_tokens.get("load", 0)
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
@@ -132,11 +139,8 @@ def _roundtrip_examples(connector_api, data):
 @given(data=st.data())
 def test_no_collateral_writes(connector_api, data):
     cid = "api_no_collateral_writes"
-    block_size, dtype, layout, ps = _draw_case(data, connector_api)
-    with _connector_faults_fail(cid):
-        store, load = _store_and_load(connector_api, data, block_size=block_size, layout=layout,
-                                      stored=ps.stored, load=ps.stored, dtype=dtype, neighbour=ps.neighbour)
-    saved = checks.changed_blocks(store, range(next(iter(store.caches.values())).shape[0]))
+    store, load = _drawn_roundtrip(connector_api, data, cid)
+    saved = checks.changed_blocks(store, range(store.num_blocks))
     if saved:
         raise ClauseViolation(cid, f"saving changed the paged cache {_where(store, 'store run')}: "
                                    + "; ".join(saved))
@@ -156,8 +160,9 @@ def test_partial_prefix(connector_api, data):
     k = data.draw(st.integers(0, len(ps.stored) - 1), label="shared_tokens")
     partial = ps.diverging(k, tail_len=data.draw(st.integers(1, 2 * block_size), label="tail_len"))
     with _connector_faults_fail(cid):
-        store, load = _store_and_load(connector_api, data, block_size=block_size, layout=layout,
-                                      stored=ps.stored, load=partial, dtype=dtype, neighbour=ps.neighbour)
+        store, load = _store_and_load(connector_api, _drawn_fills(data, dtype), block_size=block_size,
+                                      layout=layout, stored=ps.stored, load=partial, dtype=dtype,
+                                      neighbour=ps.neighbour)
     n = load.external_tokens.get("load", 0)
     what = f"{k} of {len(ps.stored)} tokens shared, {n} loaded"
     if n > k:
@@ -217,9 +222,9 @@ def _format_isolation_examples(connector_api, twins, data):
                                                min_len=2 * max(BLOCK_SIZES))
     twin = TWINS[dtype]
     with _connector_faults_fail(cid):
-        store, load = _store_and_load(connector_api, data, block_size=block_size, layout=layout,
-                                      stored=ps.stored, load=ps.stored, dtype=dtype, load_dtype=twin,
-                                      neighbour=ps.neighbour)
+        store, load = _store_and_load(connector_api, _drawn_fills(data, dtype, twin), block_size=block_size,
+                                      layout=layout, stored=ps.stored, load=ps.stored, dtype=dtype,
+                                      load_dtype=twin, neighbour=ps.neighbour)
     n = load.external_tokens.get("load", 0)
     failed = set(load.blocks.get("load", ())[: -(-n // block_size)]) <= load.load_errors
     if n > 0 and not failed:
