@@ -34,18 +34,27 @@ def load_results(results_dir: Path) -> list[dict[str, Any]]:
     return docs
 
 
-def clause_statuses(tests: list[dict[str, Any]]) -> dict[str, str]:
-    """One status per clause: the most severe of its tests (a parametrized clause has several)."""
-    by_clause: dict[str, list[Status]] = {}
+def clause_verdicts(tests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One test per clause: its most severe (a parametrized clause has several), which the clause's
+    status and message are read from."""
+    verdicts: dict[str, dict[str, Any]] = {}
     for t in tests:
-        by_clause.setdefault(t["clause"], []).append(Status(t["status"]))
-    return {clause: worst(found).value for clause, found in by_clause.items()}
+        seen = verdicts.get(t["clause"])
+        if seen is None or Status(t["status"]).severity > Status(seen["status"]).severity:
+            verdicts[t["clause"]] = t
+    return verdicts
+
+
+def clause_statuses(tests: list[dict[str, Any]]) -> dict[str, str]:
+    """One status per clause: the most severe of its tests."""
+    return {clause: t["status"] for clause, t in clause_verdicts(tests).items()}
 
 
 def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
     cells = []
     for doc in docs:
-        statuses = clause_statuses(doc["tests"])
+        verdicts = clause_verdicts(doc["tests"])
+        statuses = {clause: t["status"] for clause, t in verdicts.items()}
         packages = doc["environment"]["packages"]
         coordinates = dict(doc["cell"].get("coordinates") or {})
         if doc["cell"].get("kind") == "engine" and "vllm" not in coordinates:
@@ -61,8 +70,8 @@ def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
             "packages": packages,
             "problems": [{"clause": t["clause"], "status": t["status"], "message": t["message"]}
                          for t in doc["tests"] if t["status"] in RED],
-            "messages": {t["clause"]: t.get("message") or t.get("expected") or ""
-                         for t in doc["tests"] if t["status"] != Status.PASS.value},
+            "messages": {clause: t.get("message") or t.get("expected") or ""
+                         for clause, t in verdicts.items() if t["status"] != Status.PASS.value},
         })
     present = {c for cell in cells for c in cell["statuses"]}
     return {"schema": "kvconform.matrix-report/1", "clauses": [c for c in CLAUSES if c in present], "cells": cells,
