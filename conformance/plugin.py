@@ -95,13 +95,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def _activate(state: _State) -> None:
     from hypothesis import settings
 
-    from conformance import loader
-    from conformance import profiles
-    from conformance.profiles import register_profiles
+    from conformance import loader, profiles
 
     from conformance.strategies import restrict_kv_cache_dtypes
 
-    register_profiles()
+    profiles.register_profiles()
     settings.load_profile(state.profile)
     profiles.ACTIVE[0] = state.profile
     state.active = True
@@ -219,14 +217,10 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     """The engine-tier cell for the chosen connector, model and kv_cache_dtype (engines start lazily)."""
     import sys
 
-    from conformance.engine.cell import ConnectorChoice, EngineCell
+    from conformance.engine.cell import EngineCell
 
     opt = request.config.getoption
-    state = _state(request.config)
-    try:
-        connector = ConnectorChoice.parse(state.connector_spec, opt("--kv-connector-extra-config"), opt("--kv-role"))
-    except ValueError as exc:
-        pytest.exit(f"kvconform: {exc}", returncode=4)
+    connector = _connector_choice(request.config)
     python = opt("--kv-engine-python") or sys.executable
     cell = EngineCell(connector=connector, model=_model_dir(opt("--model"), python),
                       kv_cache_dtype=opt("--kv-cache-dtype"), block_size=opt("--kv-block-size"),
@@ -244,15 +238,10 @@ def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     shim covers the installed vLLM)."""
     from conformance.connector_api.eras import EraUnavailable
     from conformance.connector_api.session import open_harness
-    from conformance.engine.cell import ConnectorChoice
     from conformance.status import NOT_RUNNABLE_PREFIX
 
     opt = request.config.getoption
-    try:
-        connector = ConnectorChoice.parse(_state(request.config).connector_spec,
-                                          opt("--kv-connector-extra-config"), opt("--kv-role"))
-    except ValueError as exc:
-        pytest.exit(f"kvconform: {exc}", returncode=4)
+    connector = _connector_choice(request.config)
     try:
         harness, close = open_harness(connector, opt("--model"), tmp_path_factory.mktemp("connector-api"),
                                       timeout_s=opt(KV_TIMEOUT_OPTION))
@@ -262,6 +251,18 @@ def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         pytest.exit(f"kvconform: {exc}", returncode=4)
     yield harness
     close()
+
+
+def _connector_choice(config: pytest.Config) -> Any:
+    """The connector under test as the options give it; a malformed choice ends the run (exit 4)."""
+    from conformance.engine.cell import ConnectorChoice
+
+    opt = config.getoption
+    try:
+        return ConnectorChoice.parse(_state(config).connector_spec, opt("--kv-connector-extra-config"),
+                                     opt("--kv-role"))
+    except ValueError as exc:
+        pytest.exit(f"kvconform: {exc}", returncode=4)
 
 
 def _model_dir(model: str, python: str) -> Path:
