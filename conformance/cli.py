@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--results", type=Path, default=None, help="default: results/TIER")
     run.add_argument("--report", type=Path, default=Path("reports"))
     run.add_argument("--rerun", action="store_true", help="rerun cells that already have results")
+    run.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                     help="run N cells at a time (each is its own process tree; engines use every core, so "
+                          "more than 2 rarely pays on a small machine)")
     run.add_argument("--cell", action="append", default=[], metavar="NAME",
                      help="run only this cell, by name or id (repeatable); the report still covers every result present")
     run.add_argument("--stacks-dir", type=Path, default=Path(".kvconform/stacks"),
@@ -80,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
     cells = [c for c in cells if not args.cell or c.name in args.cell or c.id in args.cell]
     results_dir = args.results or Path("results") / args.tier
     stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision)
-    runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks)
+    runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks, jobs=args.jobs)
     rendered = report.render(results_dir, args.report)
     print(f"kvconform: report written to {args.report}/index.html, matrix.md and matrix.json")
     return 1 if report.is_red(rendered) else 0

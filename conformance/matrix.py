@@ -122,12 +122,13 @@ class Matrix:
         if tier not in self.tiers:
             raise MatrixError(f"{self.path}: tier {tier!r} is not defined; valid: {', '.join(self.tiers)}")
         t = self.tiers[tier]
-        cells = [self._on_stack(Cell(name, "store", (f"--kv-store={spec['target']}",), t, {"store": name}), stack)
+        cells = [self._on_stack(Cell(name, "store", (f"--kv-store={spec['target']}",), _tier_for(t, spec),
+                                     {"store": name}), stack)
                  for name, spec in self.stores.items() if tier in spec["tiers"] for stack in spec["stacks"]]
         for name, spec in self.connectors.items():
             if tier in spec["tiers"]:
                 cells += [self._on_stack(cell, stack) for stack in spec["stacks"]
-                          for cell in connector_cells(name, spec, t)]
+                          for cell in connector_cells(name, spec, _tier_for(t, spec))]
         if tier in self.control_tiers:
             cells += control_cells(t, self.path.resolve().parent)
         return [self._expect(c) for c in cells]
@@ -145,6 +146,11 @@ class Matrix:
             if e.matches(cell.coordinates):
                 expected.update({c: e.reason for c in e.clauses if CLAUSES[c].tier == cell.kind})
         return replace(cell, expected_failures=expected)
+
+
+def _tier_for(tier: Tier, entry: Mapping[str, Any]) -> Tier:
+    """The tier as an entry runs it: its own Hypothesis profile, when it names one, wins."""
+    return replace(tier, profile=entry["profile"]) if entry.get("profile") else tier
 
 
 def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell]:
@@ -222,16 +228,19 @@ def load(path: Path) -> Matrix:
     _expect(isinstance(data["stores"], dict), path, "stores", "a mapping of store name to {target, tiers}")
     for name, spec in data["stores"].items():
         where = f"stores.{name}"
-        _keys(spec, path, where, {"target", "tiers", "stacks"}, {"target", "tiers"})
+        _keys(spec, path, where, {"target", "tiers", "stacks", "profile"}, {"target", "tiers"})
+        _profile(spec, path, where)
         _expect(isinstance(spec["target"], str) and spec["target"], path, f"{where}.target",
                 "'module:factory' or a registered store name")
-        stores[name] = {"target": spec["target"], "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
+        stores[name] = {"target": spec["target"], "profile": spec.get("profile"),
+                        "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
                         "stacks": _stack_list(spec, stacks, spec["target"], path, where)}
     connectors: dict[str, dict[str, Any]] = {}
     for name, spec in (data.get("connectors") or {}).items():
         where = f"connectors.{name}"
         _keys(spec, path, where, {"connector", "extra_config", "models", "kv_cache_dtypes", "tiers", "stacks",
-                                  "suites"}, {"connector", "models", "kv_cache_dtypes", "tiers"})
+                                  "suites", "profile"}, {"connector", "models", "kv_cache_dtypes", "tiers"})
+        _profile(spec, path, where)
         suites = spec.get("suites", list(CONNECTOR_SUITES))
         _expect(isinstance(suites, list) and suites and set(suites) <= set(CONNECTOR_SUITES), path,
                 f"{where}.suites", f"a non-empty list from {list(CONNECTOR_SUITES)}, got {suites!r}")
@@ -257,6 +266,11 @@ def load(path: Path) -> Matrix:
     _keys(controls, path, "controls", {"tiers"}, {"tiers"})
     return Matrix(path, tiers, stores, connectors, tuple(expectations),
                   _tier_list(controls["tiers"], tiers, path, "controls.tiers"), stacks, default_stack)
+
+
+def _profile(spec: Mapping[str, Any], path: Path, where: str) -> None:
+    if "profile" in spec:
+        _expect(spec["profile"] in PROFILES, path, f"{where}.profile", f"one of {list(PROFILES)}, got {spec['profile']!r}")
 
 
 def _mapping(value: Any, path: Path, where: str) -> list[tuple[str, Any]]:

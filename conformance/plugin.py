@@ -54,6 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "$KVCONFORM_ENGINE_PYTHON, else this one)")
     engine.addoption("--kv-engine-timeout", type=float, default=420.0, metavar="SECONDS",
                      help="an engine that takes longer is killed and its scenarios are Error")
+    engine.addoption("--kv-engine-baselines", default=None, metavar="DIR",
+                     help="share no-connector baseline runs through DIR across cells (a matrix run passes "
+                          "its results' baselines/); default: every cell starts its own")
     group.addoption(KV_TIERS_OPTION, default=None, metavar="LIST",
                     help="comma-separated tiers to run among store, connector (the connector-API tier) and "
                          "engine (default: every tier whose implementation is chosen)")
@@ -217,15 +220,17 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     """The engine-tier cell for the chosen connector, model and kv_cache_dtype (engines start lazily)."""
     import sys
 
+    from conformance.engine.baselines import BaselineStore
     from conformance.engine.cell import EngineCell
 
     opt = request.config.getoption
     connector = _connector_choice(request.config)
     python = opt("--kv-engine-python") or sys.executable
+    shared = opt("--kv-engine-baselines")
     cell = EngineCell(connector=connector, model=_model_dir(opt("--model"), python),
                       kv_cache_dtype=opt("--kv-cache-dtype"), block_size=opt("--kv-block-size"),
                       workdir=tmp_path_factory.mktemp("engine"), timeout_s=opt("--kv-engine-timeout"),
-                      python=python)
+                      python=python, baselines=BaselineStore(Path(shared)) if shared else None)
     yield cell
     cell.close()
     request.config.stash[_TIMINGS] = cell.timings()

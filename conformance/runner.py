@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,6 +30,11 @@ DEFAULT_STACKS_DIR = Path(".kvconform/stacks")
 
 def result_path(results_dir: Path, cell: Cell) -> Path:
     return Path(results_dir) / f"{cell.file_stem}.json"
+
+
+def baselines_dir(results_dir: Path) -> Path:
+    """Where a run's engine cells share their no-connector baselines (conformance/engine/baselines.py)."""
+    return Path(results_dir).resolve() / "baselines"
 
 
 def is_done(path: Path) -> bool:
@@ -56,7 +63,8 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -
     out.unlink(missing_ok=True)
     python, stack, failed = _stack_python(cell, stacks)
     started = time.monotonic()  # after provisioning: the stack records its own install_s
-    cmd = suite_command(cell.args, cell.tier.profile, out, junit, python=python)
+    args = (*cell.args, *([f"--kv-engine-baselines={baselines_dir(results_dir)}"] if cell.kind == "engine" else []))
+    cmd = suite_command(args, cell.tier.profile, out, junit, python=python)
     if failed is None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {})}
         output, problem = _run_pytest(cmd, out, cell.tier.timeout_s, env)
@@ -138,19 +146,28 @@ def apply_expectations(doc: dict[str, Any], cell: Cell) -> None:
 
 
 def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stacks: Provisioner | None = None,
-              say: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Run ``cells`` in order, skipping those already done; report progress as it goes."""
+              jobs: int = 1, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run ``cells``, ``jobs`` at a time, skipping those already done; report progress as it goes.
+
+    Results come back in ``cells`` order whatever the order they finish in.
+    """
     Path(results_dir).mkdir(parents=True, exist_ok=True)
-    docs, started, stacks = [], time.monotonic(), stacks or default_provisioner()
-    for i, cell in enumerate(cells, 1):
+    if rerun:  # a rerun re-earns everything, the shared engine baselines included
+        shutil.rmtree(baselines_dir(results_dir), ignore_errors=True)
+    started, stacks = time.monotonic(), stacks or default_provisioner()
+
+    def one(i: int, cell: Cell) -> dict[str, Any]:
         path = result_path(results_dir, cell)
-        prefix = f"[{i}/{len(cells)}] {cell.id} ({time.monotonic() - started:.0f}s elapsed)"
+        prefix = f"[{i}/{len(cells)}] {cell.id}"
         if not rerun and is_done(path):
             say(f"{prefix}: already done, kept")
-            docs.append(json.loads(path.read_text()))
-            continue
-        say(f"{prefix}: running on tier {cell.tier.name} ({cell.tier.profile})")
+            return json.loads(path.read_text())
+        say(f"{prefix} ({time.monotonic() - started:.0f}s elapsed): running on tier {cell.tier.name} "
+            f"({cell.tier.profile})")
         doc = run_cell(cell, results_dir, stacks)
-        say(f"{prefix}: " + ", ".join(f"{n} {s}" for s, n in doc["summary"].items()))
-        docs.append(doc)
-    return docs
+        say(f"{prefix}: " + ", ".join(f"{n} {s}" for s, n in doc["summary"].items())
+            + f" ({doc['cell']['wall_s']:.0f}s)")
+        return doc
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, range(1, len(cells) + 1), cells))

@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,14 +81,16 @@ class Provisioner:
         self.constraints = Path(constraints) if constraints else self.checkout / "constraints" / f"{PLATFORM}.txt"
         self.provision = provision
         self._seen: dict[str, StackEnv | StackError] = {}
+        self._lock = threading.Lock()  # cells run concurrently (`kvconform run --jobs`); a venv is built once
 
     def env(self, stack: Stack) -> StackEnv:
-        if stack.name not in self._seen:
-            try:
-                self._seen[stack.name] = self._resolve(stack)
-            except StackError as exc:
-                self._seen[stack.name] = exc
-        found = self._seen[stack.name]
+        with self._lock:
+            if stack.name not in self._seen:
+                try:
+                    self._seen[stack.name] = self._resolve(stack)
+                except StackError as exc:
+                    self._seen[stack.name] = exc
+            found = self._seen[stack.name]
         if isinstance(found, StackError):
             raise found
         return found

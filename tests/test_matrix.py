@@ -39,7 +39,8 @@ def test_repo_matrix_is_valid_and_quick_tier_has_controls():
 
 
 @pytest.mark.parametrize("text, says", [
-    (GOOD.replace("target: memory", "targt: memory"), "stores.memory.targt: expected one of ['stacks', 'target', 'tiers'] (unknown key)"),
+    (GOOD.replace("target: memory", "targt: memory"), "stores.memory.targt: expected one of ['profile', 'stacks', 'target', 'tiers'] (unknown key)"),
+    (GOOD.replace("tiers: [quick]", "tiers: [quick], profile: slow"), "stores.memory.profile: expected one of ['dev', 'ci', 'deep', 'certify'], got 'slow'"),
     (GOOD.replace("profile: ci", "profile: fast"), "tiers.quick.profile: expected one of ['dev', 'ci', 'deep', 'certify']"),
     (GOOD.replace("tiers: [quick]", "tiers: [quik]"), "stores.memory.tiers[0]: expected one of ['quick'], got 'quik'"),
     (GOOD.replace("kvconform.matrix/1", "kvconform.matrix/9"), "schema: expected 'kvconform.matrix/1'"),
@@ -295,3 +296,28 @@ def test_bad_suites_is_one_clear_line(tmp_path):
     (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
     with pytest.raises(MatrixError, match=r"connectors\.example\.suites: expected a non-empty list from"):
         load(bad)
+
+
+def test_an_entry_profile_overrides_its_tiers_profile(tmp_path):
+    text = GOOD.replace("quick: {profile: ci, timeout_s: 300}", "quick: {profile: deep, timeout_s: 300}") \
+        + "  file: {target: file, tiers: [quick], profile: ci}\n"
+    cells = {c.name: c for c in matrix.load(write(tmp_path, text)).cells("quick")}
+    assert (cells["memory"].tier.profile, cells["file"].tier.profile) == ("deep", "ci")
+    assert cells["file"].tier.name == "quick" and cells["file"].tier.timeout_s == 300
+
+
+def test_cells_run_concurrently_come_back_in_matrix_order(tmp_path, monkeypatch):
+    cells = [Cell(f"c{i}", "store", (), Tier("quick", "ci", 60)) for i in range(5)]
+    ran: list[str] = []
+
+    def fake_run_cell(cell, results_dir, stacks):
+        import time
+        time.sleep(0.05 * (5 - int(cell.name[1:])))  # the first cells finish last
+        ran.append(cell.name)
+        return {"cell": {"wall_s": 0.0}, "summary": {"Pass": 1}, "name": cell.name}
+
+    monkeypatch.setattr(runner, "run_cell", fake_run_cell)
+    said: list[str] = []
+    docs = runner.run_cells(cells, tmp_path, jobs=3, stacks=object(), say=said.append)
+    assert [d["name"] for d in docs] == [c.name for c in cells]
+    assert ran != [c.name for c in cells] and len(said) == 10

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from conformance.engine.baselines import BaselineStore
 from conformance.engine.launch import EngineRun, run_engine
 from conformance.engine.lmcache_server import LMCacheServer
 from conformance.guard import HarnessError
@@ -81,9 +82,10 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
 
 class EngineCell:
     def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
-                 workdir: Path, timeout_s: float, python: str) -> None:
+                 workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None) -> None:
         self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
         self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
+        self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
         self.batches = prompt_batches(block_size)
         self.runs: dict[str, EngineRun] = {}
         self.server: LMCacheServer | None = None
@@ -131,8 +133,7 @@ class EngineCell:
     # -- engines --------------------------------------------------------------------------------
     def _spec(self, kv_cache_dtype: str, connector: bool, batches: list[str]) -> dict[str, Any]:
         spec: dict[str, Any] = {"model": str(self.model), "kv_cache_dtype": kv_cache_dtype,
-                                "block_size": self.block_size, "batches": [self.batches[b] for b in batches],
-                                "multiprocessing": self.connector.name == "LMCacheMPConnector"}
+                                "block_size": self.block_size, "batches": [self.batches[b] for b in batches]}
         if connector:
             spec["connector"] = self.connector.transfer_config(self._connector_extra())
         return spec
@@ -171,7 +172,12 @@ class EngineCell:
         if role in ("store", "load", "twin_load") and self.storage_lost:
             raise HarnessError(f"engine {role} would read storage already damaged for after_loss")
         spec = self._roles()[role]()
-        engine = run_engine(spec, self.workdir / "engines", role, timeout_s=self.timeout_s, python=self.python)
+
+        def start() -> EngineRun:
+            return run_engine(spec, self.workdir / "engines", role, timeout_s=self.timeout_s, python=self.python)
+
+        shared = self.baselines is not None and role in ("baseline", "twin_baseline")
+        engine = self.baselines.get_or_run(spec, self.python, start) if shared else start()
         self.runs[role] = engine
         return engine
 
@@ -194,7 +200,9 @@ class EngineCell:
 
     def timings(self) -> dict[str, Any]:
         return {role: {"wall_s": r.wall_s, "engine_start_s": r.result.get("t_engine_start_s"),
-                       "batches_s": r.result.get("t_batches_s")} for role, r in self.runs.items()} | {
+                       "batches_s": r.result.get("t_batches_s"),
+                       **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
+                for role, r in self.runs.items()} | {
             "lmcache_server_ready_s": self.server.ready_s if self.server else None}
 
 
