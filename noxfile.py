@@ -30,11 +30,11 @@ def _matrix() -> Matrix:
     return load(HERE / "matrix.yaml")
 
 
-def _stack_install(stack: str | None = None) -> tuple[str, ...]:
-    """The pip requirements of ``stack`` (default: matrix.yaml's default_stack)."""
+def _stack_install(stack: str | None = None, platform: str = PLATFORM) -> tuple[str, ...]:
+    """The pip requirements of ``stack`` (default: matrix.yaml's default_stack) on ``platform``."""
     matrix = _matrix()
     name = stack or matrix.default_stack
-    return matrix.stacks[name].install[PLATFORM] if name else ()
+    return matrix.stacks[name].install[platform] if name else ()
 
 
 def _install(session: nox.Session, extras: str = "") -> None:
@@ -70,7 +70,13 @@ def matrix(session: nox.Session) -> None:
 @nox.parametrize("tier, name, stack", _cells())
 def cell(session: nox.Session, tier: str, name: str, stack: str | None) -> None:
     """One matrix cell in a venv of its own stack: its result lands in results/TIER/ (a CI job per cell: see .github/)."""
-    _install_engine_stack(session, _stack_install(stack))
+    platform = _matrix().tiers[tier].platform
+    if platform == PLATFORM:
+        _install_engine_stack(session, _stack_install(stack))
+    else:  # a CUDA stack takes vLLM's own torch: none of the CPU pins apply
+        session.install(*_stack_install(stack, platform))
+        session.install("--no-deps", "-e", ".")
+        session.install(*SUITE_DEPS)
     # Exit 1 (a red cell) is a verdict, not a session failure: the report job gates on it.
     session.run("kvconform", "run", "--tier", tier, "--cell", name, "--report", f"reports/{tier}",
                 *session.posargs, success_codes=[0, 1])

@@ -72,8 +72,12 @@ def _run(args: argparse.Namespace) -> int:
     from conformance import matrix, report, runner
 
     try:
-        cells = matrix.load(args.matrix).cells(args.tier)
+        loaded = matrix.load(args.matrix)
+        cells, excluded = loaded.cells(args.tier), loaded.excluded(args.tier)
         unknown = sorted(set(args.cell) - {c.name for c in cells} - {c.id for c in cells})
+        left_out = {n: why for c, why in excluded for n in (c.name, c.id)}
+        if unknown and unknown[0] in left_out:
+            raise matrix.MatrixError(f"{args.matrix}: cell {unknown[0]!r} is excluded: {left_out[unknown[0]]}")
         if unknown:
             raise matrix.MatrixError(f"{args.matrix}: tier {args.tier!r} has no cell {unknown[0]!r}; "
                                      f"valid: {', '.join(c.name for c in cells)}")
@@ -82,7 +86,10 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     cells = [c for c in cells if not args.cell or c.name in args.cell or c.id in args.cell]
     results_dir = args.results or Path("results") / args.tier
-    stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision)
+    for cell, reason in excluded if not args.cell else ():
+        runner.write_excluded(cell, reason, results_dir)
+    stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision,
+                                        platform=loaded.tiers[args.tier].platform)
     runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks, jobs=args.jobs)
     rendered = report.render(results_dir, args.report)
     print(f"kvconform: report written to {args.report}/index.html, matrix.md and matrix.json")

@@ -20,12 +20,14 @@ from conformance.names import KV_CACHE_DTYPE_NAMES
 
 SCHEMA = "kvconform.matrix/1"
 PROFILES = ("dev", "ci", "deep", "certify")
-PLATFORMS = ("cpu", "cuda")  # install lists a stack may give; the runner installs "cpu"
+PLATFORMS = ("cpu", "cuda")  # install lists a stack may give; a tier says which one its cells use
 NO_LMCACHE = "none"  # the lmcache coordinate of a stack without LMCache
 # What a connector entry runs: the connector-API tier (one cell per model, drawing the dtype axis)
 # and the engine tier (one cell per model and kv_cache_dtype).
 CONNECTOR_SUITES = ("connector", "engine")
 API_DTYPES_SEP = "+"  # a connector-API cell's kv_cache_dtype coordinate: the axis it drew from
+# What a `when:` may test: the coordinates cells carry (stores: store; connectors: the rest).
+COORDINATES = ("store", "connector", "model", "kv_cache_dtype", "vllm", "lmcache")
 
 
 class MatrixError(ValueError):
@@ -37,6 +39,7 @@ class Tier:
     name: str
     profile: str
     timeout_s: float
+    platform: str = "cpu"  # what its cells need: a stack's install list for it, and such a machine
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,22 @@ class Expectation:
     reason: str
 
     def matches(self, coordinates: Mapping[str, str]) -> bool:
-        return all(coordinates.get(k) in values for k, values in self.when.items())
+        return _matches(self.when, coordinates)
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Cells not to run, and why: they are still reported (every clause Skip, with the reason)."""
+
+    when: Mapping[str, tuple[str, ...]]
+    reason: str
+
+    def matches(self, coordinates: Mapping[str, str]) -> bool:
+        return _matches(self.when, coordinates)
+
+
+def _matches(when: Mapping[str, tuple[str, ...]], coordinates: Mapping[str, str]) -> bool:
+    return all(coordinates.get(k) in values for k, values in when.items())
 
 
 @dataclass(frozen=True)
@@ -117,8 +135,20 @@ class Matrix:
     control_tiers: tuple[str, ...]
     stacks: Mapping[str, Stack] = field(default_factory=dict)
     default_stack: str | None = None  # what `nox -s quick` installs into the runner's own venv
+    exclusions: tuple[Exclusion, ...] = ()
 
     def cells(self, tier: str) -> list[Cell]:
+        """The cells ``tier`` runs, in matrix order (excluded ones left out)."""
+        return [c for c in self._all_cells(tier) if self.excluded_because(c) is None]
+
+    def excluded(self, tier: str) -> list[tuple[Cell, str]]:
+        """The cells of ``tier`` that an exclusion removes, each with its reason."""
+        return [(c, why) for c in self._all_cells(tier) if (why := self.excluded_because(c)) is not None]
+
+    def excluded_because(self, cell: Cell) -> str | None:
+        return next((e.reason for e in self.exclusions if e.matches(cell.coordinates)), None)
+
+    def _all_cells(self, tier: str) -> list[Cell]:
         if tier not in self.tiers:
             raise MatrixError(f"{self.path}: tier {tier!r} is not defined; valid: {', '.join(self.tiers)}")
         t = self.tiers[tier]
@@ -209,17 +239,19 @@ def load(path: Path) -> Matrix:
         where = f"line {mark.line + 1}" if mark else "?"
         raise MatrixError(f"{path}: {where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     _keys(data, path, "(top level)", {"schema", "tiers", "stacks", "default_stack", "stores", "connectors",
-                                      "expectations", "controls"}, {"schema", "tiers", "stores"})
+                                      "expectations", "exclusions", "controls"}, {"schema", "tiers", "stores"})
     _expect(data["schema"] == SCHEMA, path, "schema", repr(SCHEMA))
     tiers: dict[str, Tier] = {}
     _expect(isinstance(data["tiers"], dict) and data["tiers"], path, "tiers", "a non-empty mapping")
     for name, spec in data["tiers"].items():
         where = f"tiers.{name}"
-        _keys(spec, path, where, {"profile", "timeout_s"}, {"profile"})
+        _keys(spec, path, where, {"profile", "timeout_s", "platform"}, {"profile"})
         _expect(spec["profile"] in PROFILES, path, f"{where}.profile", f"one of {list(PROFILES)}")
         timeout = spec.get("timeout_s", 900)
         _expect(isinstance(timeout, (int, float)) and timeout > 0, path, f"{where}.timeout_s", "a positive number")
-        tiers[name] = Tier(name, spec["profile"], float(timeout))
+        platform = spec.get("platform", "cpu")
+        _expect(platform in PLATFORMS, path, f"{where}.platform", f"one of {list(PLATFORMS)}, got {platform!r}")
+        tiers[name] = Tier(name, spec["profile"], float(timeout), platform)
     stacks = {name: _stack(name, spec, path) for name, spec in _mapping(data.get("stacks") or {}, path, "stacks")}
     default_stack = data.get("default_stack")
     _expect(default_stack is None or default_stack in stacks, path, "default_stack",
@@ -234,7 +266,7 @@ def load(path: Path) -> Matrix:
                 "'module:factory' or a registered store name")
         stores[name] = {"target": spec["target"], "profile": spec.get("profile"),
                         "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
-                        "stacks": _stack_list(spec, stacks, spec["target"], path, where)}
+                        "stacks": _stack_list(spec, stacks, spec["target"], path, where, tiers)}
     connectors: dict[str, dict[str, Any]] = {}
     for name, spec in (data.get("connectors") or {}).items():
         where = f"connectors.{name}"
@@ -252,20 +284,40 @@ def load(path: Path) -> Matrix:
             for i, v in enumerate(value):
                 _expect(v in valid, path, f"{where}.{key}[{i}]", f"one of {valid}, got {v!r}")
         connectors[name] = {**spec, "suites": suites, "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
-                            "stacks": _stack_list(spec, stacks, spec["connector"], path, where)}
+                            "stacks": _stack_list(spec, stacks, spec["connector"], path, where, tiers)}
     expectations = []
     for i, spec in enumerate(data.get("expectations") or []):
         where = f"expectations[{i}]"
         _keys(spec, path, where, {"when", "clauses", "reason", "link"}, {"when", "clauses", "reason"})
-        _expect(isinstance(spec["when"], dict) and spec["when"], path, f"{where}.when", "a mapping of coordinates")
         for j, c in enumerate(spec["clauses"]):
             _expect(c in CLAUSES, path, f"{where}.clauses[{j}]", f"a clause id, got {c!r}")
-        when = {k: tuple(v if isinstance(v, list) else [v]) for k, v in spec["when"].items()}
-        expectations.append(Expectation(when, tuple(spec["clauses"]), spec["reason"]))
+        expectations.append(Expectation(_when(spec, path, where), tuple(spec["clauses"]), spec["reason"]))
+    exclusions = []
+    for i, spec in enumerate(data.get("exclusions") or []):
+        where = f"exclusions[{i}]"
+        _keys(spec, path, where, {"when", "reason", "link"}, {"when", "reason"})
+        _expect(isinstance(spec["reason"], str) and spec["reason"].strip(), path, f"{where}.reason",
+                "a non-empty reason (it is what the report shows for the cells left out)")
+        reason = spec["reason"] + (f" ({spec['link']})" if spec.get("link") else "")
+        exclusions.append(Exclusion(_when(spec, path, where), reason))
     controls = data.get("controls") or {"tiers": []}
     _keys(controls, path, "controls", {"tiers"}, {"tiers"})
     return Matrix(path, tiers, stores, connectors, tuple(expectations),
-                  _tier_list(controls["tiers"], tiers, path, "controls.tiers"), stacks, default_stack)
+                  _tier_list(controls["tiers"], tiers, path, "controls.tiers"), stacks, default_stack,
+                  tuple(exclusions))
+
+
+def _when(spec: Mapping[str, Any], path: Path, where: str) -> dict[str, tuple[str, ...]]:
+    """A ``when:`` condition: coordinate -> accepted values (a value or a list of them)."""
+    _expect(isinstance(spec["when"], dict) and spec["when"], path, f"{where}.when", "a mapping of coordinates")
+    when = {}
+    for key, value in spec["when"].items():
+        _expect(key in COORDINATES, path, f"{where}.when.{key}", f"a coordinate, one of {list(COORDINATES)}")
+        values = tuple(value if isinstance(value, list) else [value])
+        _expect(all(isinstance(v, str) for v in values), path, f"{where}.when.{key}",
+                f"a string or a list of strings (quote versions: '0.30.0'), got {value!r}")
+        when[key] = values
+    return when
 
 
 def _profile(spec: Mapping[str, Any], path: Path, where: str) -> None:
@@ -299,7 +351,7 @@ def _stack(name: str, spec: Any, path: Path) -> Stack:
 
 
 def _stack_list(spec: dict[str, Any], stacks: Mapping[str, Stack], target: str, path: Path,
-                where: str) -> tuple[str | None, ...]:
+                where: str, tiers: Mapping[str, Tier]) -> tuple[str | None, ...]:
     """The stacks an entry names; ``(None,)`` (the runner's own Python) when it names none."""
     if "stacks" not in spec:
         return (None,)
@@ -307,6 +359,10 @@ def _stack_list(spec: dict[str, Any], stacks: Mapping[str, Stack], target: str, 
     _expect(isinstance(value, list) and value, path, f"{where}.stacks", f"a non-empty list from {list(stacks)}")
     for i, name in enumerate(value):
         _expect(name in stacks, path, f"{where}.stacks[{i}]", f"one of the stacks {list(stacks)}, got {name!r}")
+        for tier in spec["tiers"]:  # a tier's cells install the stack for the tier's platform
+            platform = tiers[tier].platform
+            _expect(platform in stacks[name].install, path, f"{where}.stacks[{i}]",
+                    f"a stack with an install list for {platform} (tier {tier!r} runs on {platform}); {name!r} has none")
         # LMCache's connector and backends cannot run where LMCache is not installed.
         _expect("lmcache" not in target.lower() or stacks[name].lmcache, path, f"{where}.stacks[{i}]",
                 f"a stack with lmcache for {target!r}; {name!r} has none")

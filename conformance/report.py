@@ -117,7 +117,7 @@ def markdown(matrix: dict[str, Any]) -> str:
     lines = ["# kvconform compatibility matrix", "",
              "Statuses: Pass, Fail (a clause was broken), Error (no verdict: hang, crash, "
              "install), XFail (a documented known failure), XPass (a known failure passed: stale), "
-             "Disabled (capability not claimed), Not runnable.", ""]
+             "Disabled (capability not claimed), Not runnable, Skip (not run: excluded by the matrix).", ""]
     for tier in dict.fromkeys(CLAUSES[c].tier for c in matrix["clauses"]):
         clauses = [c for c in matrix["clauses"] if CLAUSES[c].tier == tier]
         rows = [cell for cell in matrix["cells"] if any(c in cell["statuses"] for c in clauses)]
@@ -136,6 +136,10 @@ def markdown(matrix: dict[str, Any]) -> str:
                   "|" + "---|" * (len(grid["header"]) + len(grid["columns"]))]
         lines += ["| " + " | ".join(row["key"] + [row["cells"].get(c, {}).get("verdict", "—") for c in grid["columns"]])
                   + " |" for row in grid["rows"]]
+        lines.append("")
+    excluded = [cell for cell in matrix["cells"] if cell.get("excluded")]
+    if excluded:
+        lines += ["## Excluded by the matrix", ""] + [f"- **{cell['id']}**: {cell['excluded']}" for cell in excluded]
         lines.append("")
     problems = [(cell, p) for cell in matrix["cells"] for p in cell["problems"]]
     if problems:

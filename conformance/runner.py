@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from conformance import __version__, results
 from conformance.clauses import CLAUSES
 from conformance.matrix import Cell
-from conformance.stacks import Provisioner, StackError, requirements
+from conformance.stacks import Provisioner, StackError, machine_platforms, requirements
 from conformance.status import Status
 
 LOG_TAIL_CHARS = 4000
@@ -38,11 +38,14 @@ def baselines_dir(results_dir: Path) -> Path:
 
 
 def is_done(path: Path) -> bool:
+    """A result of this suite version that ran: a placeholder (an excluded cell, a platform this
+    machine lacks) is written again or replaced by a run on the next pass."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return doc.get("suite_version") == __version__ and doc.get("schema") == results.SCHEMA
+    return (doc.get("suite_version") == __version__ and doc.get("schema") == results.SCHEMA
+            and doc.get("cell", {}).get("ran", True))
 
 
 def suite_command(args: Sequence[str], profile: str, out: Path, junit: Path,
@@ -61,6 +64,13 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -
     junit = out.with_suffix(".junit.xml")
     log = out.with_suffix(".log")
     out.unlink(missing_ok=True)
+    missing = machine_platforms().get(cell.tier.platform)
+    if missing is not None:  # a GPU tier on a CPU machine: reported, never attempted
+        doc = _uniform_document(cell, Status.NOT_RUNNABLE, f"tier {cell.tier.name!r} runs on "
+                                                           f"{cell.tier.platform}: {missing}")
+        doc["cell"] = _cell_record(cell, None, None, 0.0, ran=False)
+        results.write(out, doc)
+        return doc
     python, stack, failed = _stack_python(cell, stacks)
     started = time.monotonic()  # after provisioning: the stack records its own install_s
     args = (*cell.args, *([f"--kv-engine-baselines={baselines_dir(results_dir)}"] if cell.kind == "engine" else []))
@@ -73,13 +83,18 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -
     log.write_text(output)
     doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
     shown = "python" if python == sys.executable else os.path.relpath(python)
-    doc["cell"] = {"id": cell.id, "name": cell.name, "kind": cell.kind, "coordinates": dict(cell.coordinates),
-                   "tier": cell.tier.name, "stack": stack,
-                   "command": " ".join([shown, *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml"),
-                   "wall_s": round(time.monotonic() - started, 2)}
+    command = " ".join([shown, *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml")
+    doc["cell"] = _cell_record(cell, stack, command, time.monotonic() - started)
     apply_expectations(doc, cell)
     results.write(out, doc)
     return doc
+
+
+def _cell_record(cell: Cell, stack: dict[str, Any] | None, command: str | None, wall_s: float,
+                 **extra: Any) -> dict[str, Any]:
+    """What a result says of its cell: where it sits in the matrix, what ran it, how long it took."""
+    return {"id": cell.id, "name": cell.name, "kind": cell.kind, "coordinates": dict(cell.coordinates),
+            "tier": cell.tier.name, "stack": stack, "command": command, "wall_s": round(wall_s, 2), **extra}
 
 
 def _stack_python(cell: Cell, stacks: Provisioner | None) -> tuple[str, dict[str, Any] | None, StackError | None]:
@@ -89,14 +104,14 @@ def _stack_python(cell: Cell, stacks: Provisioner | None) -> tuple[str, dict[str
     try:
         found = (stacks or default_provisioner()).env(cell.stack)
     except StackError as exc:
-        return sys.executable, {"name": cell.stack.name, "install": list(requirements(cell.stack)),
+        return sys.executable, {"name": cell.stack.name, "install": list(requirements(cell.stack, cell.tier.platform)),
                                 "error": exc.reason}, exc
     return found.python, found.record(cell.stack), None
 
 
-def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True) -> Provisioner:
+def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True, platform: str = "cpu") -> Provisioner:
     """Venvs under ``root``, with kvconform installed from the checkout this code runs from."""
-    return Provisioner(root, Path(__file__).resolve().parents[1], provision=provision)
+    return Provisioner(root, Path(__file__).resolve().parents[1], provision=provision, platform=platform)
 
 
 def _run_pytest(cmd: list[str], out: Path, timeout_s: float, env: dict[str, str]) -> tuple[str, str | None]:
@@ -114,10 +129,13 @@ def _text(data: Any) -> str:
 
 
 def _error_document(cell: Cell, problem: str, output: str) -> dict[str, Any]:
-    tail = output[-LOG_TAIL_CHARS:]
-    records = [results.TestRecord(nodeid="", clause=c.id, status=Status.ERROR.value, duration_s=0.0,
-                                  examples=0, message=f"{problem}\n--- log tail ---\n{tail}")
-               for c in CLAUSES.values() if c.tier == cell.kind]
+    return _uniform_document(cell, Status.ERROR, f"{problem}\n--- log tail ---\n{output[-LOG_TAIL_CHARS:]}")
+
+
+def _uniform_document(cell: Cell, status: Status, message: str) -> dict[str, Any]:
+    """A result for a cell that ran no test: every clause of its tier gets ``status`` and ``message``."""
+    records = [results.TestRecord(nodeid="", clause=c.id, status=status.value, duration_s=0.0, examples=0,
+                                  message=message) for c in CLAUSES.values() if c.tier == cell.kind]
     return results.build(store={"spec": " ".join(cell.args), "target": None, "version": None,
                                 "capabilities": []},
                          profile=cell.tier.profile, hypothesis_settings={}, records=records)
@@ -143,6 +161,16 @@ def apply_expectations(doc: dict[str, Any], cell: Cell) -> None:
             test["status"] = Status.XPASS.value
             test["message"] = f"expected to fail ({reason}) but passed: the expectation is stale"
     doc["summary"] = dict(sorted(Counter(t["status"] for t in doc["tests"]).items()))
+
+
+def write_excluded(cell: Cell, reason: str, results_dir: Path) -> dict[str, Any]:
+    """The result of a cell matrix.yaml excludes: every clause Skip with the reason, so it stays in the report."""
+    doc = _uniform_document(cell, Status.SKIP, f"excluded by the matrix: {reason}")
+    doc["cell"] = _cell_record(cell, None, None, 0.0, ran=False, excluded=reason)
+    doc["summary"] = dict(Counter(t["status"] for t in doc["tests"]))
+    Path(results_dir).mkdir(parents=True, exist_ok=True)
+    results.write(result_path(results_dir, cell), doc)
+    return doc
 
 
 def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stacks: Provisioner | None = None,

