@@ -91,7 +91,13 @@ def _run(args: argparse.Namespace) -> int:
     stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision,
                                         platform=loaded.tiers[args.tier].platform)
     runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks, jobs=args.jobs)
-    rendered = report.render(results_dir, args.report)
+    # The report is the tier as matrix.yaml has it now: results of cells it no longer has are left out.
+    current = {c.file_stem for c in [*loaded.cells(args.tier), *(c for c, _ in excluded)]}
+    stale = sorted(p.stem for p in Path(results_dir).glob("*.json") if p.stem not in current)
+    if stale:
+        print(f"kvconform: left out of the report, no longer cells of tier {args.tier!r}: {', '.join(stale)} "
+              f"(their files stay in {results_dir})")
+    rendered = report.render(results_dir, args.report, only=current)
     print(f"kvconform: report written to {args.report}/index.html, matrix.md and matrix.json")
     return 1 if report.is_red(rendered) else 0
 

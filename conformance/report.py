@@ -22,9 +22,12 @@ RED = {Status.FAIL.value, Status.ERROR.value, Status.XPASS.value}
 TIER_TITLES = {"store": "store tier", "connector": "connector-API tier", "engine": "engine tier"}
 
 
-def load_results(results_dir: Path) -> list[dict[str, Any]]:
+def load_results(results_dir: Path, only: set[str] | None = None) -> list[dict[str, Any]]:
+    """Every cell result in ``results_dir`` (or only the cells whose file stem is in ``only``)."""
     docs = []
     for path in sorted(Path(results_dir).glob("*.json")):
+        if only is not None and path.stem not in only:
+            continue
         try:
             doc = json.loads(path.read_text())
         except ValueError:
@@ -151,8 +154,8 @@ def markdown(matrix: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(results_dir: Path, out_dir: Path) -> dict[str, Any]:
-    matrix = matrix_document(load_results(results_dir))
+def render(results_dir: Path, out_dir: Path, only: set[str] | None = None) -> dict[str, Any]:
+    matrix = matrix_document(load_results(results_dir, only))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "matrix.json").write_text(json.dumps(matrix, indent=2, sort_keys=True) + "\n")

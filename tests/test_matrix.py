@@ -403,3 +403,19 @@ def test_a_tier_whose_stack_cannot_be_installed_on_its_platform_is_one_line(tmp_
         matrix.load(write(tmp_path, text))
     with pytest.raises(MatrixError, match=re.escape("tiers.gpu.platform: expected one of ['cpu', 'cuda'], got 'tpu'")):
         matrix.load(write(tmp_path, GPU.replace("platform: cuda", "platform: tpu")))
+
+
+def test_the_report_of_a_run_leaves_out_results_of_cells_the_matrix_no_longer_has(tmp_path):
+    def run(text: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--matrix", str(write(tmp_path, text)),
+                               "--tier", "quick", "--results", "res", "--report", "rep"], capture_output=True,
+                              text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+    first = run(EXCLUDING)
+    assert first.returncode == 0, first.stderr
+    assert "store(file)" in (tmp_path / "rep" / "matrix.md").read_text()
+    second = run(GOOD)  # the file entry and its exclusion are gone; memory's result is kept, not rerun
+    assert "left out of the report, no longer cells of tier 'quick': file" in second.stdout
+    assert "already done, kept" in second.stdout
+    md = (tmp_path / "rep" / "matrix.md").read_text()
+    assert "store(memory)" in md and "store(file)" not in md and (tmp_path / "res" / "file.json").exists()
