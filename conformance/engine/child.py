@@ -59,6 +59,12 @@ def _kv_tensor_dtype(llm: Any) -> str:
         return f"unknown ({type(exc).__name__})"
 
 
+def _device_type() -> str:
+    from vllm.platforms import current_platform
+
+    return str(getattr(current_platform, "device_type", "unknown"))
+
+
 def _record(output: Any, batch: str, idx: int, group: int, delta: dict[str, float]) -> dict[str, Any]:
     completion = output.outputs[0]
     steps = [{"token": tok, "logprob": lps[tok].logprob.hex(),
@@ -109,9 +115,12 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     llm = LLM(**kwargs)
     result["t_engine_start_s"] = round(time.perf_counter() - t, 2)
     cache = llm.llm_engine.vllm_config.cache_config
+    model_config = llm.llm_engine.vllm_config.model_config
     result["resolved"] = {"cache_dtype": cache.cache_dtype, "block_size": cache.block_size,
                           "kv_cache_layout": str(getattr(cache, "kv_cache_layout", None)),
-                          "kv_tensor_dtype": _kv_tensor_dtype(llm)}
+                          "kv_tensor_dtype": _kv_tensor_dtype(llm),
+                          "use_mla": bool(getattr(model_config, "use_mla", False)),
+                          "device": _device_type()}
     params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 8),
                             logprobs=spec.get("logprobs", 5), ignore_eos=True, seed=0)
     records, timings = [], {}
