@@ -26,6 +26,8 @@ EXPECTED = {
     ZOO + "reversed_blocks:ReversedBlocksConnector": {"api_save_load_roundtrip"} | FILE_STORE_BUGS,
     ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes"} | FILE_STORE_BUGS,
     ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_save_load_roundtrip"} | FILE_STORE_BUGS,
+    # Keyed by the first block alone: a prompt sharing only that block is handed the rest of another's KV.
+    ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | FILE_STORE_BUGS,
 }
 
 # Clauses that catch the same bug when their drawn examples exercise it (a partial prefix that
