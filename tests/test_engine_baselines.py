@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from conformance.engine.baselines import BaselineStore
@@ -62,3 +64,15 @@ def test_a_damaged_kept_baseline_is_run_again(tmp_path):
 def test_runs_with_a_connector_are_never_shared(tmp_path):
     with pytest.raises(ValueError, match="only no-connector runs"):
         BaselineStore(tmp_path).key({**SPEC, "connector": {"kv_connector": "ExampleConnector"}}, "python")
+
+
+def test_two_venvs_of_one_interpreter_never_share_a_baseline(tmp_path):
+    # A venv's bin/python is a symlink to its base interpreter: each stack's venv is still its own vLLM.
+    for stack in ("vllm-0.28.0", "vllm-0.31.0"):
+        (tmp_path / stack / "bin").mkdir(parents=True)
+        (tmp_path / stack / "bin" / "python").symlink_to(sys.executable)
+    store = BaselineStore(tmp_path / "baselines")
+    run, calls = runner()
+    store.get_or_run(SPEC, str(tmp_path / "vllm-0.28.0" / "bin" / "python"), run)
+    store.get_or_run(SPEC, str(tmp_path / "vllm-0.31.0" / "bin" / "python"), run)
+    assert len(calls) == 2

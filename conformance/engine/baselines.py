@@ -29,7 +29,9 @@ class BaselineStore:
     def key(self, spec: dict[str, Any], python: str) -> str:
         if spec.get("connector"):
             raise ValueError("only no-connector runs are shared: a connector's run depends on its storage")
-        material = json.dumps({"spec": spec, "python": os.path.realpath(python)}, sort_keys=True)
+        # The path as given, never resolved: every venv's python is a symlink to the same base
+        # interpreter, so resolving it would hand one stack's baselines to every other stack.
+        material = json.dumps({"spec": spec, "python": os.path.abspath(python)}, sort_keys=True)
         return hashlib.sha256(material.encode()).hexdigest()[:32]
 
     def get_or_run(self, spec: dict[str, Any], python: str, run: Callable[[], EngineRun]) -> EngineRun:
