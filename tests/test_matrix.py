@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -419,3 +420,32 @@ def test_the_report_of_a_run_leaves_out_results_of_cells_the_matrix_no_longer_ha
     assert "already done, kept" in second.stdout
     md = (tmp_path / "rep" / "matrix.md").read_text()
     assert "store(memory)" in md and "store(file)" not in md and (tmp_path / "res" / "file.json").exists()
+
+
+def test_kept_results_take_the_expectations_matrix_yaml_has_now(tmp_path):
+    """Editing an expectation needs no rerun: a kept result is re-judged, from the suite's own verdicts."""
+    cell = Cell("c", "store", (), Tier("quick", "ci", 60))
+    doc = {"suite_version": runner.__version__, "schema": runner.results.SCHEMA, "cell": {"wall_s": 1.0},
+           **_doc({"shape_preserved": "Fail", "state_machine": "Pass", "dtype_preserved": "Fail"})}
+    runner.apply_expectations(doc, cell)
+    runner.results.write(runner.result_path(tmp_path, cell), doc)
+    said: list[str] = []
+    expecting = replace(cell, expected_failures={"shape_preserved": "bug", "state_machine": "bug"})
+    [kept] = runner.run_cells([expecting], tmp_path, stacks=object(), say=said.append)
+    assert {t["clause"]: t["status"] for t in kept["tests"]} == {
+        "shape_preserved": "XFail", "state_machine": "XPass", "dtype_preserved": "Fail"}
+    assert "expectations now make it" in said[0]
+    # The expectation dropped again: the suite's own verdicts come back, messages included.
+    [back] = runner.run_cells([cell], tmp_path, stacks=object(), say=said.append)
+    assert {t["clause"]: t["status"] for t in back["tests"]} == {
+        "shape_preserved": "Fail", "state_machine": "Pass", "dtype_preserved": "Fail"}
+    assert back["tests"][1]["message"] == "" and "expected" not in back["tests"][0]
+
+
+def test_results_from_before_raw_statuses_are_read_back():
+    cell = Cell("c", "store", (), Tier("quick", "ci", 60))
+    old = {"tests": [{"clause": "a", "status": "XFail", "expected": "bug", "message": "m"},
+                     {"clause": "b", "status": "XPass", "message": "expected to fail (bug) but passed: the expectation is stale"},
+                     {"clause": "c", "status": "XFail", "message": "the implementer's xfail file"}]}
+    runner.apply_expectations(old, cell)
+    assert [t["status"] for t in old["tests"]] == ["Fail", "Pass", "XFail"]
