@@ -66,8 +66,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, required=True, help="the --jobs the run used")
     parser.add_argument("--since", type=datetime.fromisoformat, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--note", default=None, help="how the run was made, kept in the summary")
     args = parser.parse_args()
     summary = summarize(load(args.results_dir, args.since), args.jobs)
+    if args.note:
+        summary["note"] = args.note
     text = json.dumps(summary, indent=2) + "\n"
     if args.out:
         args.out.write_text(text)
