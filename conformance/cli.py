@@ -73,18 +73,18 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         loaded = matrix.load(args.matrix)
-        cells, excluded = loaded.cells(args.tier), loaded.excluded(args.tier)
-        unknown = sorted(set(args.cell) - {c.name for c in cells} - {c.id for c in cells})
+        tier_cells, excluded = loaded.cells(args.tier), loaded.excluded(args.tier)
+        unknown = sorted(set(args.cell) - {c.name for c in tier_cells} - {c.id for c in tier_cells})
         left_out = {n: why for c, why in excluded for n in (c.name, c.id)}
         if unknown and unknown[0] in left_out:
             raise matrix.MatrixError(f"{args.matrix}: cell {unknown[0]!r} is excluded: {left_out[unknown[0]]}")
         if unknown:
             raise matrix.MatrixError(f"{args.matrix}: tier {args.tier!r} has no cell {unknown[0]!r}; "
-                                     f"valid: {', '.join(c.name for c in cells)}")
+                                     f"valid: {', '.join(c.name for c in tier_cells)}")
     except matrix.MatrixError as exc:
         print(f"kvconform: {exc}", file=sys.stderr)
         return 2
-    cells = [c for c in cells if not args.cell or c.name in args.cell or c.id in args.cell]
+    cells = [c for c in tier_cells if not args.cell or c.name in args.cell or c.id in args.cell]
     results_dir = args.results or Path("results") / args.tier
     for cell, reason in excluded if not args.cell else ():
         runner.write_excluded(cell, reason, results_dir)
@@ -92,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
                                         platform=loaded.tiers[args.tier].platform)
     runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks, jobs=args.jobs)
     # The report is the tier as matrix.yaml has it now: results of cells it no longer has are left out.
-    current = {c.file_stem for c in [*loaded.cells(args.tier), *(c for c, _ in excluded)]}
+    current = {c.file_stem for c in [*tier_cells, *(c for c, _ in excluded)]}
     stale = sorted(p.stem for p in Path(results_dir).glob("*.json") if p.stem not in current)
     if stale:
         print(f"kvconform: left out of the report, no longer cells of tier {args.tier!r}: {', '.join(stale)} "

@@ -99,30 +99,28 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Expectation:
-    """Known failures of the cells whose coordinates match ``when`` (as wpt's metadata)."""
+class Condition:
+    """A ``when:`` of matrix.yaml: coordinate -> the values it accepts (as wpt's metadata)."""
 
     when: Mapping[str, tuple[str, ...]]
-    clauses: tuple[str, ...]
-    reason: str
 
     def matches(self, coordinates: Mapping[str, str]) -> bool:
-        return _matches(self.when, coordinates)
+        return all(coordinates.get(k) in values for k, values in self.when.items())
 
 
 @dataclass(frozen=True)
-class Exclusion:
-    """Cells not to run, and why: they are still reported (every clause Skip, with the reason)."""
+class Expectation(Condition):
+    """Known failures of the cells whose coordinates match ``when``."""
 
-    when: Mapping[str, tuple[str, ...]]
+    clauses: tuple[str, ...]
     reason: str
 
-    def matches(self, coordinates: Mapping[str, str]) -> bool:
-        return _matches(self.when, coordinates)
 
+@dataclass(frozen=True)
+class Exclusion(Condition):
+    """Cells not to run, and why: they are still reported (every clause Skip, with the reason)."""
 
-def _matches(when: Mapping[str, tuple[str, ...]], coordinates: Mapping[str, str]) -> bool:
-    return all(coordinates.get(k) in values for k, values in when.items())
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -246,7 +244,7 @@ def load(path: Path) -> Matrix:
     for name, spec in data["tiers"].items():
         where = f"tiers.{name}"
         _keys(spec, path, where, {"profile", "timeout_s", "platform"}, {"profile"})
-        _expect(spec["profile"] in PROFILES, path, f"{where}.profile", f"one of {list(PROFILES)}")
+        _profile(spec, path, where)
         timeout = spec.get("timeout_s", 900)
         _expect(isinstance(timeout, (int, float)) and timeout > 0, path, f"{where}.timeout_s", "a positive number")
         platform = spec.get("platform", "cpu")
@@ -321,6 +319,7 @@ def _when(spec: Mapping[str, Any], path: Path, where: str) -> dict[str, tuple[st
 
 
 def _profile(spec: Mapping[str, Any], path: Path, where: str) -> None:
+    """A tier's or an entry's Hypothesis profile, when it names one, must be a known one."""
     if "profile" in spec:
         _expect(spec["profile"] in PROFILES, path, f"{where}.profile", f"one of {list(PROFILES)}, got {spec['profile']!r}")
 

@@ -187,7 +187,6 @@ def write_excluded(cell: Cell, reason: str, results_dir: Path) -> dict[str, Any]
     """The result of a cell matrix.yaml excludes: every clause Skip with the reason, so it stays in the report."""
     doc = _uniform_document(cell, Status.SKIP, f"excluded by the matrix: {reason}")
     doc["cell"] = _cell_record(cell, None, None, 0.0, ran=False, excluded=reason)
-    doc["summary"] = dict(Counter(t["status"] for t in doc["tests"]))
     Path(results_dir).mkdir(parents=True, exist_ok=True)
     results.write(result_path(results_dir, cell), doc)
     return doc
@@ -215,10 +214,11 @@ def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stac
             doc = json.loads(path.read_text())
             before = doc["summary"]
             apply_expectations(doc, cell)  # matrix.yaml's expectations as they are now
-            if doc["summary"] != before:
+            if doc["summary"] == before:
+                say(f"{prefix}: already done, kept")
+            else:
                 results.write(path, doc)
-            changed = "" if doc["summary"] == before else f" (expectations now make it {_summary(doc)})"
-            say(f"{prefix}: already done, kept{changed}")
+                say(f"{prefix}: already done, kept (expectations now make it {_summary(doc)})")
             return doc
         say(f"{prefix} ({time.monotonic() - started:.0f}s elapsed): running on tier {cell.tier.name} "
             f"({cell.tier.profile})")
