@@ -77,6 +77,9 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("api_partial_prefix", _CONNECTOR,
            "a request sharing only the first k tokens of a stored prompt loads at most k tokens, and "
            "exactly their bytes"),
+    Clause("api_concurrent_loads", _CONNECTOR,
+           "requests the scheduler admits in one step, saved together and loaded together, each "
+           "load exactly their own bytes: none is skipped, and none is handed a batch-mate's KV"),
     Clause("api_damaged_storage", _CONNECTOR,
            "with what a store run left corrupted (a flipped byte) or lost before the load run, the "
            "connector loads nothing, or reports the damaged blocks as failed loads "
@@ -99,7 +102,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "prompts one short of, at, and one past block multiples, and a prompt extending a "
            "stored prefix, load bit-identically"),
     Clause("engine_concurrent_requests", _ENGINE,
-           "concurrent requests with shared and distinct prefixes load bit-identically"),
+           "concurrent requests with shared and distinct prefixes load correctly: the same tokens, "
+           "logprobs within the measured batch-composition tolerance (vLLM is not batch-invariant)"),
     Clause("engine_lost_storage", _ENGINE,
            "with the storage lost or truncated between store and load, the engine recomputes or "
            "fails clearly (per kv_load_failure_policy); it never returns wrong tokens"),

@@ -1,10 +1,17 @@
-"""How engine outputs are compared: bits, or (MLA on CPU only) within a tolerance that allows a near-tie."""
+"""How engine outputs are compared: bits, or (MLA on CPU, a concurrent batch) within a tolerance that allows a near-tie."""
 
 from __future__ import annotations
 
 import math
 
-from conformance.engine.cell import MLA_CPU_LOGPROB_TOLERANCE, comparison_tolerance, compare_runs, within_tolerance
+from conformance.engine.cell import (
+    BATCH_COMPOSITION_LOGPROB_TOLERANCE,
+    MLA_CPU_LOGPROB_TOLERANCE,
+    Tolerance,
+    comparison_tolerance,
+    compare_runs,
+    within_tolerance,
+)
 from conformance.engine.launch import EngineRun
 
 
@@ -20,36 +27,46 @@ def run(steps: list[dict], use_mla: bool = True, device: str = "cpu") -> EngineR
 
 
 BASE = [step(7, -1.0, t9=-2.0), step(8, -0.5, t3=-0.5001), step(4, -0.3)]
+TOL = Tolerance(0.05, "the test's tolerance")
+ONE_BY_ONE, TOGETHER = {"name": "b"}, {"name": "b", "together": True}
 
 
-def test_only_mla_on_cpu_is_compared_within_a_tolerance():
-    assert comparison_tolerance(run(BASE)) == MLA_CPU_LOGPROB_TOLERANCE
-    assert comparison_tolerance(run(BASE, use_mla=False)) is None
-    assert comparison_tolerance(run(BASE, device="cuda")) is None
-    assert comparison_tolerance(EngineRun("r", True, {})) is None
+def test_prompts_served_one_by_one_on_a_non_mla_engine_are_compared_as_bits():
+    assert comparison_tolerance(run(BASE, use_mla=False), ONE_BY_ONE) is None
+    assert comparison_tolerance(run(BASE, device="cuda"), ONE_BY_ONE) is None
+    assert comparison_tolerance(EngineRun("r", True, {}), ONE_BY_ONE) is None
+
+
+def test_mla_on_cpu_and_a_concurrent_batch_are_compared_within_their_measured_tolerance():
+    assert comparison_tolerance(run(BASE), ONE_BY_ONE).logprob == MLA_CPU_LOGPROB_TOLERANCE
+    batch = comparison_tolerance(run(BASE, use_mla=False), TOGETHER)
+    assert (batch.logprob, batch.why) == (BATCH_COMPOSITION_LOGPROB_TOLERANCE, "the batch-composition tolerance")
+    # Both at once: the wider of the two, never their sum or the narrower.
+    both = comparison_tolerance(run(BASE), TOGETHER)
+    assert both.logprob == max(MLA_CPU_LOGPROB_TOLERANCE, BATCH_COMPOSITION_LOGPROB_TOLERANCE)
 
 
 def test_rounding_and_a_near_tie_pass_the_tolerance_but_never_the_bit_comparison():
     # Step 0 moves by 0.004; at step 1 the two tokens are 1e-4 apart in both runs and the loaded
     # run picks the other one: after that the decodes condition on different tokens.
     got = [step(7, -1.004, t9=-2.0), step(3, -0.5, t8=-0.5001), step(11, -4.0)]
-    assert within_tolerance(got, BASE, 0.05) is None
-    assert compare_runs(run(got), run(BASE), "b", 0.05) == []
+    assert within_tolerance(got, BASE, TOL) is None
+    assert compare_runs(run(got), run(BASE), "b", TOL) == []
     assert "tokens [7, 3, 11], but the baseline produced [7, 8, 4]" in compare_runs(run(got), run(BASE), "b")[0]
 
 
 def test_a_load_that_moves_a_logprob_past_the_tolerance_fails():
     got = [step(7, -1.13, t9=-2.0), *BASE[1:]]  # a poisoned prefix moved it by 0.12-0.28
-    assert "step 0 logprob -1.13, but the baseline has -1 (|delta| 0.13 > 0.05" in within_tolerance(got, BASE, 0.05)
+    assert "step 0 logprob -1.13, but the baseline has -1 (|delta| 0.13 > 0.05, the test's tolerance)" in within_tolerance(got, BASE, TOL)
 
 
 def test_a_divergence_that_is_no_near_tie_fails():
     got = [BASE[0], step(3, -0.2, t8=-0.9), *BASE[2:]]  # the baseline's token is 0.7 below: a real change
-    assert "step 1 token 3 (logprob -0.2), but the baseline chose 8" in within_tolerance(got, BASE, 0.05)
+    assert "step 1 token 3 (logprob -0.2), but the baseline chose 8" in within_tolerance(got, BASE, TOL)
     absent = [BASE[0], step(3, -0.5, t5=-0.5), *BASE[2:]]  # the baseline's token is not even in the top-k
-    assert "not a near-tie" in within_tolerance(absent, BASE, 0.05)
+    assert "not a near-tie" in within_tolerance(absent, BASE, TOL)
 
 
 def test_nan_is_never_within_tolerance():
     got = [step(7, math.nan, t9=-2.0), *BASE[1:]]
-    assert "|delta| nan > 0.05" in within_tolerance(got, BASE, 0.05)
+    assert "|delta| nan > 0.05" in within_tolerance(got, BASE, TOL)

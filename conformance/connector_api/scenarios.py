@@ -53,10 +53,11 @@ class Prompts:
 
 
 @st.composite
-def prompts(draw: st.DrawFn, *, vocab_size: int, max_len: int, min_len: int = 1) -> Prompts:
+def prompts(draw: st.DrawFn, *, vocab_size: int, max_len: int, min_len: int = 1,
+            min_neighbour_len: int = 1) -> Prompts:
     """Two prompts of drawn lengths (plus their unique prefix tokens) and seeded random tokens."""
     n = draw(st.integers(min_len, max_len), label="prompt_len")
-    m = draw(st.integers(1, max_len), label="neighbour_len")
+    m = draw(st.integers(min_neighbour_len, max_len), label="neighbour_len")
     return unique_prompts(vocab_size, n, m, seed=draw(st.integers(0, 2**16), label="token_seed"))
 
 

@@ -45,12 +45,12 @@ def _connector_faults_fail(clause_id: str) -> Iterator[None]:
         raise ClauseViolation(clause_id, f"the connector raised in {exc}") from exc
 
 
-def _draw_case(data: st.DataObject, api, *, dtypes=None, min_len: int = 1):
+def _draw_case(data: st.DataObject, api, *, dtypes=None, min_len: int = 1, min_neighbour_len: int = 1):
     block_size = data.draw(st.sampled_from(BLOCK_SIZES), label="block_size")
     dtype = data.draw(dtypes or kv_cache_dtypes(), label="kv_cache_dtype")
     layout = data.draw(st.sampled_from(api.era.layouts()), label="layout")
-    ps = data.draw(prompts(vocab_size=api.vocab_size, max_len=MAX_PROMPT_BLOCKS * block_size, min_len=min_len),
-                   label="prompts")
+    ps = data.draw(prompts(vocab_size=api.vocab_size, max_len=MAX_PROMPT_BLOCKS * block_size, min_len=min_len,
+                           min_neighbour_len=min_neighbour_len), label="prompts")
     return block_size, dtype, layout, ps
 
 
@@ -171,6 +171,34 @@ def test_partial_prefix(connector_api, data):
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
         raise ClauseViolation(cid, f"the shared prefix loaded other bytes {_where(load, what)}: " + "; ".join(problems))
+
+
+@clause("api_concurrent_loads")
+@_costly
+@given(data=st.data())
+def test_concurrent_loads(connector_api, data):
+    cid = "api_concurrent_loads"
+    # Both prompts span whole blocks of every block size, so each has KV to load in every example.
+    span = max(BLOCK_SIZES)
+    block_size, dtype, layout, ps = _draw_case(data, connector_api, min_len=span, min_neighbour_len=span)
+    # Each run admits both in one scheduler step; the load run in the other order, so that each
+    # request's blocks differ from the ones it saved from.
+    batch = [("first", ps.stored), ("second", ps.neighbour)]
+    storage = f"concurrent-{uuid.uuid4().hex[:12]}"
+    fills = _drawn_fills(data, dtype)
+    with _connector_faults_fail(cid):
+        store = connector_api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=batch,
+                                  fill=fills[0], storage=storage)
+        load = connector_api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
+                                 requests=batch[::-1], fill=fills[1], storage=storage)
+    for rid, _ in batch:
+        n = load.external_tokens.get(rid, 0)
+        problems = checks.loaded_differences(store, rid, load, rid, n)
+        if problems:
+            loaded = {r: load.external_tokens.get(r, 0) for r, _ in batch}
+            raise ClauseViolation(cid, f"of {len(batch)} requests loading in one step ({loaded} tokens), the "
+                                       f"{rid} request's loaded bytes differ from what it saved "
+                                       f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
 
 
 @clause("api_damaged_storage")
