@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
                           "more than 2 rarely pays on a small machine)")
     run.add_argument("--cell", action="append", default=[], metavar="NAME",
                      help="run only this cell, by name or id (repeatable); the report still covers every result present")
+    run.add_argument("--list", action="store_true", help="print the tier's cells (name, then id) and exit")
     run.add_argument("--stacks-dir", type=Path, default=Path(".kvconform/stacks"),
                      help="where a stack that the current Python lacks gets its venv (default: .kvconform/stacks)")
     run.add_argument("--no-provision", action="store_true",
@@ -79,11 +80,16 @@ def _run(args: argparse.Namespace) -> int:
         if unknown and unknown[0] in left_out:
             raise matrix.MatrixError(f"{args.matrix}: cell {unknown[0]!r} is excluded: {left_out[unknown[0]]}")
         if unknown:
-            raise matrix.MatrixError(f"{args.matrix}: tier {args.tier!r} has no cell {unknown[0]!r}; "
-                                     f"valid: {', '.join(c.name for c in tier_cells)}")
+            raise matrix.MatrixError(_no_such_cell(args, unknown[0], tier_cells))
     except matrix.MatrixError as exc:
         print(f"kvconform: {exc}", file=sys.stderr)
         return 2
+    if args.list:
+        for c in tier_cells:
+            print(f"{c.name}\t{c.id}")
+        for c, why in excluded:
+            print(f"{c.name}\t{c.id}\texcluded: {why}")
+        return 0
     cells = [c for c in tier_cells if not args.cell or c.name in args.cell or c.id in args.cell]
     results_dir = args.results or Path("results") / args.tier
     for cell, reason in excluded if not args.cell else ():
@@ -100,6 +106,16 @@ def _run(args: argparse.Namespace) -> int:
     rendered = report.render(results_dir, args.report, only=current)
     print(f"kvconform: report written to {args.report}/index.html, matrix.md and matrix.json")
     return 1 if report.is_red(rendered) else 0
+
+
+def _no_such_cell(args: argparse.Namespace, name: str, cells: list) -> str:
+    """One line: the closest names, and how to list them all (a tier may have hundreds)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, [c.name for c in cells] + [c.id for c in cells], n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    return (f"{args.matrix}: tier {args.tier!r} has no cell {name!r}; {hint}"
+            f"`kvconform run --tier {args.tier} --list` lists its {len(cells)} cells")
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -196,8 +197,19 @@ def _summary(doc: dict[str, Any]) -> str:
     return ", ".join(f"{n} {s}" for s, n in doc["summary"].items())
 
 
+_SAY_LOCK = threading.Lock()
+
+
+def say_line(line: str) -> None:
+    """One progress line, whole: ``print`` writes the text and its newline separately, so lines from
+    parallel cells ran together."""
+    with _SAY_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
 def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stacks: Provisioner | None = None,
-              jobs: int = 1, say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+              jobs: int = 1, say: Callable[[str], None] = say_line) -> list[dict[str, Any]]:
     """Run ``cells``, ``jobs`` at a time, skipping those already done; report progress as it goes.
 
     Results come back in ``cells`` order whatever the order they finish in.

@@ -325,6 +325,15 @@ def test_cells_run_concurrently_come_back_in_matrix_order(tmp_path, monkeypatch)
     assert ran != [c.name for c in cells] and len(said) == 10
 
 
+def test_progress_lines_from_parallel_cells_never_run_together(capsys):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda i: runner.say_line(f"[{i}] cell({'x' * 200}) running"), range(400)))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 400 and all(line.endswith(") running") and line.count("[") == 1 for line in lines)
+
+
 EXCLUDING = GOOD.replace("memory: {target: memory, tiers: [quick]}", """memory: {target: memory, tiers: [quick]}
   file: {target: file, tiers: [quick]}
 exclusions:
@@ -348,11 +357,31 @@ def test_excluded_cells_are_not_run_but_reported_as_skip_with_the_reason(tmp_pat
 
 
 def test_asking_for_an_excluded_cell_says_why(tmp_path):
-    path = write(tmp_path, EXCLUDING)
-    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--matrix", str(path), "--tier", "quick",
-                           "--cell", "file"], capture_output=True, text=True, cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = _cli_run(tmp_path, write(tmp_path, EXCLUDING), "--cell", "file")
     assert proc.returncode == 2 and "cell 'file' is excluded: the file store is under repair" in proc.stderr
+
+
+def _cli_run(tmp_path, path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--matrix", str(path), "--tier", "quick",
+                           *args], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_an_unknown_cell_names_the_closest_ones_not_the_whole_tier(tmp_path):
+    path = write(tmp_path, EXCLUDING)
+    proc = _cli_run(tmp_path, path, "--cell", "memroy")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().endswith("has no cell 'memroy'; did you mean 'memory'? "
+                                        "`kvconform run --tier quick --list` lists its 1 cells"), proc.stderr
+
+
+def test_list_prints_the_tiers_cells_and_the_excluded_ones_with_why(tmp_path):
+    proc = _cli_run(tmp_path, write(tmp_path, EXCLUDING), "--list")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["memory\tstore(memory)",
+                                        "file\tstore(file)\texcluded: the file store is under repair "
+                                        "(https://example.org/issue/1)"]
+    assert not (tmp_path / "results").exists()  # listing runs nothing
 
 
 @pytest.mark.parametrize("when, says", [
