@@ -105,8 +105,13 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "concurrent requests with shared and distinct prefixes load correctly: the same tokens, "
            "logprobs within the measured batch-composition tolerance (vLLM is not batch-invariant)"),
     Clause("engine_lost_storage", _ENGINE,
-           "with the storage lost or truncated between store and load, the engine recomputes or "
-           "fails clearly (per kv_load_failure_policy); it never returns wrong tokens"),
+           "with the storage lost or truncated between store and load, the engine (vLLM's default "
+           "kv_load_failure_policy) never returns wrong tokens: each request matches the baseline or "
+           "is failed with finish_reason 'error'"),
+    Clause("engine_load_failure_recompute", _ENGINE,
+           "with the storage lost or truncated and kv_load_failure_policy=recompute, the engine "
+           "survives and serves every request as the baseline does: the connector missed, or reported "
+           "the blocks it could not load so vLLM recomputed them; an engine the connector kills fails"),
 )}
 assert CLAUSES, "no clauses defined"  # sanity check
 

@@ -82,6 +82,9 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
     }
 
 
+AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
+
+
 class EngineCell:
     def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
                  workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None) -> None:
@@ -92,6 +95,7 @@ class EngineCell:
         self.runs: dict[str, EngineRun] = {}
         self.server: LMCacheServer | None = None
         self.storage_lost = False
+        self.loss = ""  # how the suite last damaged the storage (lose_storage)
         self.storage = workdir / "storage"
         self.storage.mkdir(parents=True, exist_ok=True)
 
@@ -133,11 +137,14 @@ class EngineCell:
             self.server.stop()
 
     # -- engines --------------------------------------------------------------------------------
-    def _spec(self, kv_cache_dtype: str, connector: bool, batches: list[str]) -> dict[str, Any]:
+    def _spec(self, kv_cache_dtype: str, connector: bool, batches: list[str],
+              load_failure_policy: str | None = None) -> dict[str, Any]:
         spec: dict[str, Any] = {"model": str(self.model), "kv_cache_dtype": kv_cache_dtype,
                                 "block_size": self.block_size, "batches": [self.batches[b] for b in batches]}
         if connector:
             spec["connector"] = self.connector.transfer_config(self._connector_extra())
+            if load_failure_policy:
+                spec["connector"]["kv_load_failure_policy"] = load_failure_policy
         return spec
 
     def _roles(self) -> dict[str, Callable[[], dict[str, Any]]]:
@@ -150,6 +157,7 @@ class EngineCell:
             "twin_baseline": lambda: self._spec(twin, False, load),
             "twin_load": lambda: self._spec(twin, True, load),
             "after_loss": lambda: self._spec(self.kv_cache_dtype, True, load),
+            "after_loss_recompute": lambda: self._spec(self.kv_cache_dtype, True, load, "recompute"),
         }
 
     @property
@@ -162,17 +170,19 @@ class EngineCell:
         """The run of ``role``, started (after what it depends on) on first use."""
         if role in self.runs:
             return self.runs[role]
-        needs = {"load": ["store"], "twin_load": ["store"], "after_loss": ["store", "load", "twin_load"]}
+        intact = ["store", "load", "twin_load"]
+        needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact}
         for dep in needs.get(role, []):
             try:
                 self.run(dep)
             except NotRunnable:
                 pass
-        if role == "after_loss" and not self.storage_lost:
+        if role in AFTER_LOSS:
+            # Damaged afresh for each such engine: the one before may have stored its recomputed KV.
             self.loss = self.lose_storage()
             self.storage_lost = True
-        if role in ("store", "load", "twin_load") and self.storage_lost:
-            raise HarnessError(f"engine {role} would read storage already damaged for after_loss")
+        if role in intact and self.storage_lost:
+            raise HarnessError(f"engine {role} would read storage already damaged for {'/'.join(AFTER_LOSS)}")
         spec = self._roles()[role]()
 
         def start() -> EngineRun:
@@ -247,11 +257,15 @@ def comparison_tolerance(run: EngineRun, batch: dict[str, Any]) -> Tolerance | N
     return max(found, key=lambda t: t.logprob) if found else None
 
 
-def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Tolerance | None = None) -> list[str]:
+def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Tolerance | None = None,
+                 skip_failed: bool = False) -> list[str]:
     """Differences between two runs' outputs for ``batch``, per prompt: tokens and logprob *bits*,
-    or, given a ``tolerance``, ``within_tolerance``."""
+    or, given a ``tolerance``, ``within_tolerance``; ``skip_failed`` leaves out requests ``got``'s
+    engine failed (finish_reason "error")."""
     problems = []
     for g, w in zip(got.requests(batch), want.requests(batch), strict=True):
+        if skip_failed and g.get("finish_reason") == "error":
+            continue
         where = f"{batch}[{g['idx']}] (prompt {g['prompt_len']} tokens, {g['num_cached_tokens']} cached)"
         if tolerance is not None:
             problem = within_tolerance(g["steps"], w["steps"], tolerance)

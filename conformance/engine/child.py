@@ -72,6 +72,7 @@ def _record(output: Any, batch: str, idx: int, group: int, delta: dict[str, floa
              for tok, lps in zip(completion.token_ids, completion.logprobs or [])]
     return {"batch": batch, "idx": idx, "group": group, "prompt_len": len(output.prompt_token_ids or []),
             "tokens": list(completion.token_ids), "steps": steps,
+            "finish_reason": str(completion.finish_reason),
             "num_cached_tokens": output.num_cached_tokens, "counters_delta": delta}
 
 

@@ -38,9 +38,11 @@ def _connector_run(cell, role, clause_id):
     return engine
 
 
-def _identical(cell, got, want, batches, clause_id, what):
+def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
+    """Raise unless ``got``'s outputs match ``want``'s; ``skip_failed`` exempts requests the engine
+    failed (finish_reason "error"): a clear failure, not an output."""
     problems = [p for b in batches
-                for p in compare_runs(got, want, b, comparison_tolerance(want, cell.batches[b]))]
+                for p in compare_runs(got, want, b, comparison_tolerance(want, cell.batches[b]), skip_failed)]
     if problems:
         raise ClauseViolation(clause_id, f"{what} differs from the no-connector baseline in "
                                          f"{len(problems)} request(s): " + "; ".join(problems[:3]))
@@ -131,6 +133,33 @@ def test_engine_lost_storage(cell):
     if not engine.ok:
         if "did not finish" in engine.error:
             raise HarnessError(engine.describe_failure())
-        return  # a clear failure (the engine refused the damaged data), never wrong tokens
+        return  # no output at all, so no wrong output; whether it survives is engine_load_failure_recompute's
     _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], "engine_lost_storage",
-               f"after the suite {cell.loss}, engine D")
+               f"after the suite {cell.loss}, engine D", skip_failed=True)
+
+
+@clause("engine_load_failure_recompute")
+def test_engine_load_failure_recompute(cell):
+    try:
+        base = cell.baseline()
+        engine = cell.run("after_loss_recompute")
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    cid = "engine_load_failure_recompute"
+    if not engine.ok:
+        if "did not finish" in engine.error:
+            raise HarnessError(engine.describe_failure())
+        if "kv_load_failure_policy" in engine.error:
+            _not_runnable(NotRunnable(f"this vLLM has no kv_load_failure_policy: {engine.error}"))
+        raise ClauseViolation(cid, (
+            f"after the suite {cell.loss}, the engine with {cell.connector.label} and "
+            f"kv_load_failure_policy=recompute died instead of recomputing: a connector must miss, or report "
+            f"what it cannot load (get_block_ids_with_load_errors), not raise; in a server that kills every "
+            f"request in flight. {engine.describe_failure()}"))
+    failed = [f"{r['batch']}[{r['idx']}]" for r in engine.result["requests"] if r.get("finish_reason") == "error"]
+    if failed:
+        raise ClauseViolation(cid, (
+            f"after the suite {cell.loss}, with kv_load_failure_policy=recompute, vLLM still failed "
+            f"{len(failed)} request(s) ({', '.join(failed[:5])}) instead of recomputing their KV"))
+    _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], cid,
+               f"after the suite {cell.loss}, the engine recomputing with kv_load_failure_policy=recompute")
