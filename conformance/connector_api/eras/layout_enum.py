@@ -3,8 +3,7 @@
 Layouts are the enum's members; every layer is a ``[B, H, N, C]`` view of one backing
 allocation laid out by ``get_kv_cache_config_from_groups`` and ``allocate_kv_cache``, exactly
 as the model runner allocates it (block-outermost members interleave the layers of a block:
-vLLM's cross-layer blocks). The worker hooks run in the order of
-``KVConnectorModelRunnerMixin._get_kv_connector_output``.
+vLLM's cross-layer blocks). The hooks are the shared ones of ``common.HookEra``.
 """
 
 from __future__ import annotations
