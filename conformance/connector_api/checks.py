@@ -11,15 +11,17 @@ from typing import Iterable, Mapping
 
 import torch
 
-from conformance.connector_api.harness import Run
+from conformance.connector_api.harness import Run, backing_offsets
 
 MAX_REPORTED = 3
 
 
 def views_over(caches: Mapping[str, torch.Tensor], raw: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The layer views of ``caches``, laid over another copy (``raw``) of their backing bytes."""
-    storage = raw.untyped_storage()
-    return {name: torch.empty(0, dtype=c.dtype).set_(storage, c.storage_offset(), c.shape, c.stride())
+    """The layer views of ``caches``, laid over another copy (``raw``) of their ``backing_bytes``."""
+    storage, offsets = raw.untyped_storage(), backing_offsets(caches)
+    return {name: torch.empty(0, dtype=c.dtype).set_(
+                storage, offsets[c.untyped_storage().data_ptr()] // c.element_size() + c.storage_offset(),
+                c.shape, c.stride())
             for name, c in caches.items()}
 
 

@@ -49,7 +49,7 @@ class Run:
     block_size: int
     mla: bool
     caches: dict[str, torch.Tensor]
-    before: torch.Tensor  # the backing allocation's bytes after the fill, before any hook ran
+    before: torch.Tensor  # backing_bytes(caches) after the fill, before any hook ran
     blocks: dict[str, list[int]] = field(default_factory=dict)  # request id -> its block ids
     external_tokens: dict[str, int] = field(default_factory=dict)  # request id -> tokens loaded
     load_errors: set[int] = field(default_factory=set)  # block ids the connector said failed
@@ -60,10 +60,34 @@ class Run:
         return next(iter(self.caches.values())).shape[0]
 
 
+def backings(caches: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Each allocation under the layer views, as flat bytes (no copy), in layer order: one that
+    every layer shares (vLLM >= 0.29), or one per layer (vLLM 0.28's model runner)."""
+    storages = {c.untyped_storage().data_ptr(): c.untyped_storage() for c in caches.values()}
+    return [torch.empty(0, dtype=torch.uint8).set_(s) for s in storages.values()]
+
+
 def backing_bytes(caches: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """The one allocation every layer view shares, as flat bytes (no copy)."""
-    storage = next(iter(caches.values())).untyped_storage()
-    return torch.empty(0, dtype=torch.uint8).set_(storage)
+    """Every byte under the layer views: the one allocation itself (no copy), or the per-layer
+    allocations concatenated in ``backings`` order (a copy; ``views_over`` reads it alike)."""
+    parts = backings(caches)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def scatter_bytes(caches: Mapping[str, torch.Tensor], raw: torch.Tensor) -> None:
+    """Write ``raw`` (laid out as ``backing_bytes``) back into the allocations, if it is a copy."""
+    parts = backings(caches)
+    if len(parts) > 1:
+        for part, chunk in zip(parts, raw.split([p.numel() for p in parts])):
+            part.copy_(chunk)
+
+
+def backing_offsets(caches: Mapping[str, torch.Tensor]) -> dict[int, int]:
+    """Where each allocation (by data pointer) starts in ``backing_bytes``."""
+    offsets, at = {}, 0
+    for part in backings(caches):
+        offsets[part.data_ptr()], at = at, at + part.numel()
+    return offsets
 
 
 @dataclass
@@ -115,6 +139,7 @@ class ConnectorHarness:
         kv_cache_config, caches = era.allocate(config, layer_names, self.num_blocks, mla)
         raw = backing_bytes(caches)
         fill(raw, era.storage_dtype(config), str(config.model_config.dtype).removeprefix("torch."))
+        scatter_bytes(caches, raw)
         run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
         scheduler = self._guarded(self._hook("building the scheduler", era.make_scheduler, config, kv_cache_config),
                                   "scheduler")
