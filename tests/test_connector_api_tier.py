@@ -28,6 +28,9 @@ EXPECTED = {
     ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_save_load_roundtrip"} | FILE_STORE_BUGS,
     # Keyed by the first block alone: a prompt sharing only that block is handed the rest of another's KV.
     ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | FILE_STORE_BUGS,
+    # Correct, but reads vLLM's current config where vLLM's worker has one set: flagged only for
+    # what it inherits, or the harness is not running hooks in vLLM's context.
+    "fixtures.connectors.config_reading:ConfigReadingConnector": FILE_STORE_BUGS,
     # Loads only the first request of each step: right one request at a time, wrong in a batch.
     ZOO + "first_load_only:FirstLoadOnlyConnector": {"api_concurrent_loads"} | FILE_STORE_BUGS,
 }

@@ -143,10 +143,12 @@ class ConnectorHarness:
         run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
         scheduler = self._guarded(self._hook("building the scheduler", era.make_scheduler, config, kv_cache_config),
                                   "scheduler")
-        worker = self._guarded(self._setup("building the worker connector", era.make_worker_connector, config,
-                                           kv_cache_config), "worker connector")
+        with era.worker_setup(config):
+            worker = self._guarded(self._setup("building the worker connector", era.make_worker_connector, config,
+                                               kv_cache_config), "worker connector")
         try:
-            self._setup("register_kv_caches", worker.register_kv_caches, caches)
+            with era.worker_setup(config):
+                self._setup("register_kv_caches", worker.register_kv_caches, caches)
             for request_id, prompt in requests:
                 self._hook("scheduler", scheduler.add_request, era.make_request(request_id, prompt, block_size))
             self._steps(scheduler, worker.inner, run, config)

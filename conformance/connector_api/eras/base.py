@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, ContextManager, Mapping, Protocol, Sequence
 
 import torch
 
@@ -32,6 +32,9 @@ class Era(Protocol):
     def make_scheduler(self, config: Any, kv_cache_config: Any) -> Any: ...
 
     def make_worker_connector(self, config: Any, kv_cache_config: Any) -> Any: ...
+
+    def worker_setup(self, config: Any) -> ContextManager[Any]:
+        """The context vLLM's worker builds its connector and registers the caches in."""
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int) -> Any: ...
 

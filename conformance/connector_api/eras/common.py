@@ -6,7 +6,7 @@ layout knob and the KV cache allocator moved, which is what each era module supp
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, Mapping, Sequence
+from typing import Any, ContextManager, Mapping, Sequence
 
 import torch
 
@@ -61,6 +61,13 @@ class HookEra:
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
         return KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
+
+    def worker_setup(self, config: Any) -> ContextManager[Any]:
+        """vLLM's worker wrapper runs ``initialize_from_config`` (connector built, caches registered)
+        under ``set_current_vllm_config``; a connector may read it there (LMCache's MLA path does)."""
+        from vllm.config import set_current_vllm_config
+
+        return set_current_vllm_config(config)
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int) -> Any:
         from vllm import SamplingParams
