@@ -123,16 +123,24 @@ def test_engine_concurrent_requests(cell):
     base, load = _stored_then_loaded(cell, "engine_concurrent_requests")
     _identical(cell, load, base, ["concurrent"], "engine_concurrent_requests",
                "a batch of concurrent requests in engine B")
-@clause("engine_lost_storage")
-def test_engine_lost_storage(cell):
+
+
+def _after_loss(cell, role):
+    """(baseline, the ``role`` engine run over storage the suite damaged); a hang is the harness's."""
     try:
         base = cell.baseline()
-        engine = cell.run("after_loss")
+        engine = cell.run(role)
     except NotRunnable as exc:
         _not_runnable(exc)
+    if not engine.ok and "did not finish" in engine.error:
+        raise HarnessError(engine.describe_failure())
+    return base, engine
+
+
+@clause("engine_lost_storage")
+def test_engine_lost_storage(cell):
+    base, engine = _after_loss(cell, "after_loss")
     if not engine.ok:
-        if "did not finish" in engine.error:
-            raise HarnessError(engine.describe_failure())
         return  # no output at all, so no wrong output; whether it survives is engine_load_failure_recompute's
     _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], "engine_lost_storage",
                f"after the suite {cell.loss}, engine D", skip_failed=True)
@@ -140,15 +148,9 @@ def test_engine_lost_storage(cell):
 
 @clause("engine_load_failure_recompute")
 def test_engine_load_failure_recompute(cell):
-    try:
-        base = cell.baseline()
-        engine = cell.run("after_loss_recompute")
-    except NotRunnable as exc:
-        _not_runnable(exc)
     cid = "engine_load_failure_recompute"
+    base, engine = _after_loss(cell, "after_loss_recompute")
     if not engine.ok:
-        if "did not finish" in engine.error:
-            raise HarnessError(engine.describe_failure())
         if "kv_load_failure_policy" in engine.error:
             _not_runnable(NotRunnable(f"this vLLM has no kv_load_failure_policy: {engine.error}"))
         raise ClauseViolation(cid, (
