@@ -32,6 +32,15 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+MIN_SERVER_RELEASE = (0, 4)  # the server command line below (observed on 0.4.7 and 0.5.6)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor) of a version string; unparseable parts count as 0."""
+    parts = [int(p) if p.isdigit() else 0 for p in version.split(".")[:2]]
+    return tuple(parts + [0] * (2 - len(parts)))
+
+
 class LMCacheServer:
     def __init__(self, log_path: Path, *, chunk_size: int = 64, l1_size_gb: float = 0.25,
                  python: str = sys.executable, ready_timeout_s: float = 120) -> None:
@@ -46,6 +55,7 @@ class LMCacheServer:
         return {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": self.port, "lmcache.mp.mq_timeout": 60.0}
 
     def start(self) -> LMCacheServer:
+        self._check_version()
         self.port, self.http_port = free_port(), free_port()
         cmd = [self.python, "-m", "lmcache.v1.multiprocess.http_server", "--host", "127.0.0.1",
                "--port", str(self.port), "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
@@ -68,6 +78,21 @@ class LMCacheServer:
         self.stop()
         raise TimeoutError(f"LMCache server not ready within {self.ready_timeout_s:g}s:\n"
                            + self.log_path.read_text(errors="replace")[-2000:])
+
+    def _check_version(self) -> None:
+        """One clear line for an LMCache whose server the suite cannot drive, instead of its crash."""
+        probe = subprocess.run([self.python, "-c", "import importlib.metadata as m; print(m.version('lmcache'))"],
+                               capture_output=True, text=True, timeout=60)
+        version = probe.stdout.strip()
+        if probe.returncode != 0:
+            raise RuntimeError(f"LMCache is not installed in {self.python}: {probe.stderr.strip()[-300:]}")
+        if _release(version) < MIN_SERVER_RELEASE:
+            raise RuntimeError(
+                f"LMCache {version}'s multiprocess server takes another command line than the one the suite "
+                f"drives (LMCache >= {'.'.join(map(str, MIN_SERVER_RELEASE))}: --http-port, --l1-size-gb, "
+                "--supported-transfer-mode; 0.3.15 has --zmq-port and --cpu-buffer-size, and its "
+                "`python -m` entry point fails to import its native ops before torch). "
+                "Run LMCacheMPConnector cells on a newer LMCache")
 
     def _healthy(self) -> bool:
         try:
