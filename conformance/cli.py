@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -66,7 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"run": _run, "report": _report, "clauses": _clauses, "certify": _certify, "verify": _verify,
                 "diff": _diff, "api-fingerprint": _api_fingerprint, "api-diff": _api_diff,
                 "api-requirements": _api_requirements}
-    return commands[args.command](args)
+    try:
+        return commands[args.command](args)
+    except BrokenPipeError:  # `kvconform run --list | head`: the reader left, which is no error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _run(args: argparse.Namespace) -> int:
