@@ -90,7 +90,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "same storage loads nothing or reports the load failed: never the other format's bytes"),
     Clause("engine_store_then_load", _ENGINE,
            "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
-           "logprobs bit-identical to a no-connector baseline, and really loaded external KV "
+           "logprobs bit-identical to a no-connector baseline (a concurrent batch: within the measured "
+           "batch-composition tolerance), and really loaded external KV "
            "(vLLM's external prefix-cache hits > 0)"),
     Clause("engine_effective_dtype", _ENGINE,
            "the engines run the requested kv_cache_dtype: vLLM's resolved cache dtype and the KV "
