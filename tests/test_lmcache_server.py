@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.engine.lmcache_server import LMCacheServer, _release
+from conformance.engine.lmcache_server import LMCacheServer
 
 
 def fake_python(tmp_path, version: str, rc: int = 0) -> str:
@@ -27,7 +27,22 @@ def test_a_python_without_lmcache_is_named(tmp_path):
         LMCacheServer(tmp_path / "server.log", python=fake_python(tmp_path, "", rc=1)).start()
 
 
-@pytest.mark.parametrize("version, release", [("0.5.6", (0, 5)), ("0.4.7", (0, 4)), ("0.3.15", (0, 3)),
-                                               ("1.0.0rc1", (1, 0)), ("0.4.0.dev3+g1a2b", (0, 4)), ("7", (7, 0))])
-def test_release_reads_major_and_minor(version, release):
-    assert _release(version) == release
+@pytest.mark.parametrize("version, refused", [("0.5.6", False), ("0.4.7", False), ("0.3.15", True),
+                                               ("1.0.0rc1", False), ("0.4.0.dev3+g1a2b", False), ("0.3.99", True)])
+def test_only_releases_before_0_4_are_refused(tmp_path, version, refused):
+    # Past the version check the fake "server" exits at once: a different error, after the check.
+    with pytest.raises(RuntimeError) as raised:
+        LMCacheServer(tmp_path / "server.log", python=fake_python(tmp_path, version), ready_timeout_s=10).start()
+    assert ("takes another command line" in str(raised.value)) == refused, raised.value
+    assert refused or "exited with 0 before it was ready" in str(raised.value), raised.value
+
+
+def test_the_version_is_asked_once_per_python_not_per_restart(tmp_path):
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\necho probe >> {tmp_path / 'calls'}\necho 0.3.15\n")
+    exe.chmod(0o755)
+    server = LMCacheServer(tmp_path / "server.log", python=str(exe))
+    for _ in range(3):  # lose_storage restarts a server twice per cell
+        with pytest.raises(RuntimeError, match="takes another command line"):
+            server.start()
+    assert (tmp_path / "calls").read_text().splitlines() == ["probe"]

@@ -94,8 +94,7 @@ class EngineCell:
         self.batches = prompt_batches(block_size)
         self.runs: dict[str, EngineRun] = {}
         self.server: LMCacheServer | None = None
-        self.storage_lost = False
-        self.loss = ""  # how the suite last damaged the storage (lose_storage)
+        self.loss = ""  # how the suite last damaged the storage (lose_storage); "" while intact
         self.storage = workdir / "storage"
         self.storage.mkdir(parents=True, exist_ok=True)
 
@@ -180,8 +179,7 @@ class EngineCell:
         if role in AFTER_LOSS:
             # Damaged afresh for each such engine: the one before may have stored its recomputed KV.
             self.loss = self.lose_storage()
-            self.storage_lost = True
-        if role in intact and self.storage_lost:
+        if role in intact and self.loss:
             raise HarnessError(f"engine {role} would read storage already damaged for {'/'.join(AFTER_LOSS)}")
         spec = self._roles()[role]()
 

@@ -8,6 +8,7 @@ engine-driven transfer mode (without it ``register_kv_caches`` times out). Ready
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -18,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from conformance.api_surface.fingerprint import version_key
 
 
 def free_port() -> int:
@@ -35,10 +38,14 @@ def _port_open(port: int) -> bool:
 MIN_SERVER_RELEASE = (0, 4)  # the server command line below (observed on 0.4.7 and 0.5.6)
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """(major, minor) of a version string; unparseable parts count as 0."""
-    parts = [int(p) if p.isdigit() else 0 for p in version.split(".")[:2]]
-    return tuple(parts + [0] * (2 - len(parts)))
+@functools.lru_cache(maxsize=None)
+def _lmcache_version(python: str) -> str:
+    """The LMCache version installed in ``python`` (asked once per Python, not per server restart)."""
+    probe = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('lmcache'))"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        raise RuntimeError(f"LMCache is not installed in {python}: {probe.stderr.strip()[-300:]}")
+    return probe.stdout.strip()
 
 
 class LMCacheServer:
@@ -81,12 +88,8 @@ class LMCacheServer:
 
     def _check_version(self) -> None:
         """One clear line for an LMCache whose server the suite cannot drive, instead of its crash."""
-        probe = subprocess.run([self.python, "-c", "import importlib.metadata as m; print(m.version('lmcache'))"],
-                               capture_output=True, text=True, timeout=60)
-        version = probe.stdout.strip()
-        if probe.returncode != 0:
-            raise RuntimeError(f"LMCache is not installed in {self.python}: {probe.stderr.strip()[-300:]}")
-        if _release(version) < MIN_SERVER_RELEASE:
+        version = _lmcache_version(self.python)
+        if version_key(version) < MIN_SERVER_RELEASE:
             raise RuntimeError(
                 f"LMCache {version}'s multiprocess server takes another command line than the one the suite "
                 f"drives (LMCache >= {'.'.join(map(str, MIN_SERVER_RELEASE))}: --http-port, --l1-size-gb, "
