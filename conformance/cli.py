@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
     run.add_argument("--tier", default="quick")
     run.add_argument("--results", type=Path, default=None, help="default: results/TIER")
-    run.add_argument("--report", type=Path, default=Path("reports"))
+    run.add_argument("--report", type=Path, default=None, help="default: RESULTS/report (reports/ is the published one)")
     run.add_argument("--rerun", action="store_true", help="rerun cells that already have results")
     run.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                      help="run N cells at a time (each is its own process tree; engines use every core, so "
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = sub.add_parser("report", help="render RESULTS_DIR into matrix.json, matrix.md, index.html")
     report.add_argument("results_dir", type=Path)
-    report.add_argument("--out", type=Path, default=Path("reports"))
+    report.add_argument("--out", type=Path, default=None, help="default: RESULTS_DIR/report")
 
     sub.add_parser("clauses", help="list the clauses and what each promises")
 
@@ -75,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from conformance import matrix, report, runner
+    from conformance.matrix import definition as matrix
+    from conformance.matrix import runner
+    from conformance.report import render as report
 
     try:
         loaded = matrix.load(args.matrix)
@@ -108,9 +110,10 @@ def _run(args: argparse.Namespace) -> int:
     if stale:
         print(f"kvconform: left out of the report, no longer cells of tier {args.tier!r}: {', '.join(stale)} "
               f"(their files stay in {results_dir})")
-    rendered = report.render(results_dir, args.report, only=current)
-    print(f"kvconform: report written to {args.report}/index.html, matrix.md and matrix.json")
-    return 1 if report.is_red(rendered) else 0
+    out = args.report or results_dir / "report"
+    rendered = report.render(results_dir, out, only=current)
+    print(f"kvconform: report written to {out}/index.html, matrix.md and matrix.json")
+    return 1 if report.any_red(rendered) else 0
 
 
 def _no_such_cell(args: argparse.Namespace, name: str, cells: list) -> str:
@@ -124,24 +127,25 @@ def _no_such_cell(args: argparse.Namespace, name: str, cells: list) -> str:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from conformance import report
+    from conformance.report import render as report
 
-    rendered = report.render(args.results_dir, args.out)
-    print(f"kvconform: {len(rendered['cells'])} cells rendered to {args.out}")
+    out = args.out or args.results_dir / "report"
+    rendered = report.render(args.results_dir, out)
+    print(f"kvconform: {len(rendered['cells'])} cells rendered to {out}")
     return 0
 
 
 def _clauses(args: argparse.Namespace) -> int:
-    from conformance.clauses import CLAUSES
+    from conformance.verdict.clauses import CLAUSES
 
     for c in CLAUSES.values():
         needs = f" (needs {', '.join(sorted(c.requires))})" if c.requires else ""
-        print(f"{c.id} [{c.tier}]{needs}: {c.promise}")
+        print(f"{c.id} [{c.level}]{needs}: {c.promise}")
     return 0
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from conformance import diff
+    from conformance.report import diff
 
     result = diff.compare(args.base, args.head)
     print(diff.markdown(result), end="")
@@ -149,8 +153,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _certify(args: argparse.Namespace) -> int:
-    from conformance.certify import certify
-    from conformance.golden import GoldenError
+    from conformance.certify.bundle import certify
+    from conformance.certify.golden import GoldenError
 
     try:
         return certify(args.product, args.out, argv=sys.argv)
@@ -160,7 +164,7 @@ def _certify(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from conformance.verify import verify
+    from conformance.certify.verify import verify
 
     problems = verify(args.bundle)
     for problem in problems:
@@ -186,14 +190,14 @@ def _api_fingerprint(args: argparse.Namespace) -> int:
 
 
 def _api_diff(args: argparse.Namespace) -> int:
-    from conformance.api_surface import diff, fingerprint
+    from conformance.api_surface import api_diff, fingerprint
 
     try:
         a, b = fingerprint.load(args.a), fingerprint.load(args.b)
     except fingerprint.FingerprintError as exc:
         print(f"kvconform api-diff: {exc}", file=sys.stderr)
         return 2
-    print(diff.render(a, b), end="")
+    print(api_diff.render(a, b), end="")
     return 0
 
 
@@ -202,8 +206,8 @@ def _api_requirements(args: argparse.Namespace) -> int:
 
     try:
         path = requirements.source_path(args.connector)
-        targets = [requirements.FingerprintResolver(fingerprint.load(f)) for f in args.fingerprint] or [
-            requirements.ImportResolver()]
+        targets: list[requirements.Resolver] = [
+            requirements.FingerprintResolver(fingerprint.load(f)) for f in args.fingerprint] or [requirements.ImportResolver()]
         history = fingerprint.committed()
     except (FileNotFoundError, fingerprint.FingerprintError, ImportError) as exc:
         print(f"kvconform api-requirements: {exc}", file=sys.stderr)

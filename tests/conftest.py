@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conformance.report import clause_statuses
+from conformance.report.render import clause_statuses
 
 REPO = Path(__file__).resolve().parents[1]
 

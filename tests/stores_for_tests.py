@@ -1,6 +1,6 @@
 """Factories that fail the way a user's store might, for tests of the plugin's messages."""
 
-from conformance.store import StoreNotRunnable
+from conformance.contract.store import StoreNotRunnable
 from conformance.stores.memory import MemoryStore
 
 

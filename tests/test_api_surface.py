@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.api_surface import SCHEMA, diff, fingerprint, requirements, sources, static
+from conformance.api_surface import SCHEMA, api_diff, fingerprint, requirements, sources, static
 
 from .conftest import REPO
 
-API = REPO / "fixtures" / "api"
-ZOO = REPO / "fixtures" / "zoo" / "connectors"
+API = REPO / "conformance" / "data" / "api"
+ZOO = REPO / "conformance" / "zoo" / "connectors"
 VERSIONS = ("0.8.5", "0.9.2", "0.10.2", "0.11.0", "0.12.0", "0.13.0", "0.16.0", "0.19.1", "0.22.0", "0.25.0",
             "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
 
@@ -110,9 +110,9 @@ def test_static_reader_on_a_tiny_tree(tiny):
     assert {n for n, m in methods.items() if m["abstract"]} == {"start_load_kv"}
     assert methods["get_required_kvcache_layout"]["kind"] == "classmethod"
     assert methods["prefer_cross_layer_blocks"]["kind"] == "property"
-    assert diff.signature(methods["request_finished"]) == (
+    assert api_diff.signature(methods["request_finished"]) == (
         "(self, request, /, block_ids: list[int], *, delay: bool = False) -> tuple[bool, dict | None]")
-    assert diff.signature(methods["__init__"]) == (
+    assert api_diff.signature(methods["__init__"]) == (
         "(self, vllm_config: 'VllmConfig', role: KVConnectorRole, kv_cache_config=None)")
     assert fp["connector"]["role"]["members"] == {"SCHEDULER": "0", "WORKER": "1"}
     assert fp["kv_transfer_config"]["fields"]["kv_port"] == {"annotation": "int", "default": "14579"}
@@ -201,7 +201,7 @@ def test_api_diff_0_19_1_to_0_32_0_tells_the_layout_story():
 
 
 def test_api_diff_shows_the_shared_storage_rename_in_0_13():
-    text = diff.render(committed("0.12.0"), committed("0.13.0"))
+    text = api_diff.render(committed("0.12.0"), committed("0.13.0"))
     assert ("- SharedStorageConnector: vllm.distributed.kv_transfer.kv_connector.v1.shared_storage_connector."
             "SharedStorageConnector") in text.splitlines()
     assert "+ ExampleConnector: vllm.distributed.kv_transfer.kv_connector.v1.example_connector.ExampleConnector" in text
@@ -267,7 +267,7 @@ def test_import_mode_equals_static_reading_of_the_installed_vllm():
     imported = runtime.fingerprint()
     read = static.fingerprint(sources.read(Path(vllm.__file__).parent, version=vllm.__version__))
     assert imported["obtained_by"] == "import"
-    assert {**imported, "obtained_by": "static"} == read, diff.render(read, imported)
+    assert {**imported, "obtained_by": "static"} == read, api_diff.render(read, imported)
 
 
 @pytest.mark.engine
@@ -280,7 +280,7 @@ def test_installed_vllm_matches_its_committed_fingerprint():
         pytest.skip(f"no committed fingerprint for vLLM {vllm.__version__}: run scripts/refresh_api_fingerprints.py")
     installed, expected = runtime.fingerprint(), fingerprint.load(path)
     assert fingerprint.surface(installed) == fingerprint.surface(expected), (
-        f"installed vLLM {vllm.__version__} differs from {path}:\n{diff.render(expected, installed)}")
+        f"installed vLLM {vllm.__version__} differs from {path}:\n{api_diff.render(expected, installed)}")
 
 
 @pytest.mark.engine

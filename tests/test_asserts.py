@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conformance.asserts import ClauseViolation, assert_equal, assert_same_bytes, float_bits
+from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_bytes, float_bits
 
 
 def bf16(*patterns: int) -> torch.Tensor:

@@ -8,15 +8,15 @@ from collections import Counter
 
 import pytest
 
-import conformance.suite
-from conformance.clauses import CLAUSE_MARK, CLAUSES, clause
+import conformance.levels
+from conformance.verdict.clauses import CLAUSE_MARK, CLAUSES, clause
 
 from .conftest import REPO
 
 
 def tagged_tests() -> Counter[str]:
     found: Counter[str] = Counter()
-    for info in pkgutil.walk_packages(conformance.suite.__path__, "conformance.suite."):
+    for info in pkgutil.walk_packages(conformance.levels.__path__, "conformance.levels."):
         module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
             if name.startswith("test_"):

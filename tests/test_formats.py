@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from conformance.formats import FORMATS, NanEncoding, special_bit_patterns
-from conformance.strategies import _signed, bits_dtype
+from conformance.contract.formats import FORMATS, NanEncoding, special_bit_patterns
+from conformance.contract.strategies import _signed, bits_dtype
 
 FLOAT_FORMATS = [f for f in FORMATS.values() if f.is_float]
 

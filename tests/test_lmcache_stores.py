@@ -34,7 +34,7 @@ def test_lmcache_backend_verdicts(run_suite, store):
                                                      ("lmcache-lm", "lmcache-server", 40)])
 def test_server_killed_mid_run_is_error_not_verdict(run_suite, store, server, kill_after):
     """The store's server dies mid-run: the run finishes, that clause and every later one are Error."""
-    from conformance.clauses import CLAUSES
+    from conformance.verdict.clauses import CLAUSES
 
     run = run_suite(f"--kv-store={store}", "--kv-profile=ci", "--kv-timeout=30", timeout=600,
                     env={"KVCONFORM_FAULT": f"kill-server-after-puts:{kill_after}",
@@ -73,7 +73,7 @@ def test_era_detection_tells_the_copy_conventions_apart(monkeypatch):
 
 
 def test_missing_lmcache_api_is_not_runnable_with_its_name():
-    from conformance.store import StoreNotRunnable
+    from conformance.contract.store import StoreNotRunnable
     from conformance.stores import lmcache_eras
 
     with pytest.raises(StoreNotRunnable, match=r"LMCache 9\.9 has no lmcache\.utils\.NoSuchKey"):

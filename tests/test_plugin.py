@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.results import SCHEMA, redact
+from conformance.verdict.results import SCHEMA, redact
 
 
 def error_lines(output: str) -> list[str]:
@@ -79,8 +79,8 @@ def test_results_document(run_suite):
 
 
 def test_xdist_gives_the_same_verdicts(run_suite):
-    serial = run_suite("--kv-store=fixtures.zoo.wrong_stride_view:make_store", "--kv-profile=ci")
-    parallel = run_suite("--kv-store=fixtures.zoo.wrong_stride_view:make_store", "--kv-profile=ci", "-n", "2")
+    serial = run_suite("--kv-store=conformance.zoo.wrong_stride_view:make_store", "--kv-profile=ci")
+    parallel = run_suite("--kv-store=conformance.zoo.wrong_stride_view:make_store", "--kv-profile=ci", "-n", "2")
     assert serial.statuses() == parallel.statuses()
     assert parallel.failed_clauses() == {"stride_contract"}
 

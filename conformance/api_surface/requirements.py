@@ -21,6 +21,7 @@ from typing import Any, Iterable, Protocol
 
 from conformance.api_surface import fingerprint as fpfile
 from conformance.api_surface.static import BASE_CLASS
+from conformance.util.versions import version_key
 
 BASE_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
 CONNECTORS = "vllm.distributed.kv_transfer.kv_connector."
@@ -108,7 +109,8 @@ class _Scanner(ast.NodeVisitor):
                 self.connector_classes.add(alias.asname or alias.name)  # the base, or an in-tree connector
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        parts, root = [], node
+        parts: list[str] = []
+        root: ast.expr = node
         while isinstance(root, ast.Attribute):
             parts.insert(0, root.attr)
             root = root.value
@@ -214,7 +216,7 @@ def present(resolver: Resolver, r: Requirement) -> bool | None:
 
 def _history(r: Requirement, version: str, history: list[dict[str, Any]]) -> tuple[str | None, str | None]:
     """The newest committed release before ``version`` that has ``r``, and the first after it that does not."""
-    older = [fp for fp in history if fpfile.version_key(fp["vllm_version"]) < fpfile.version_key(version)]
+    older = [fp for fp in history if version_key(fp["vllm_version"]) < version_key(version)]
     seen = [present(FingerprintResolver(fp), r) for fp in older]
     last = max((i for i, ok in enumerate(seen) if ok), default=None)
     if last is None:

@@ -180,7 +180,8 @@ def cache_dtype(src: SourceTree) -> dict[str, Any]:
     values: list[str] = []
     if found and isinstance(found[1], ast.Subscript):
         inner = found[1].slice
-        values = [e.value for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner]) if isinstance(e, ast.Constant)]
+        values = [str(e.value) for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner])
+                  if isinstance(e, ast.Constant)]
     return {"module": found and found[0], "values": values}
 
 
@@ -199,7 +200,7 @@ def layout_api(src: SourceTree) -> dict[str, list[dict[str, Any]]]:
     for module in src.grep(r"^\s*(def|class) (" + "|".join(LAYOUT_NAMES) + r")\b"):
         for node in top_level(src.tree(module).body):
             if getattr(node, "name", None) in found:
-                found[node.name].append(_definition(module, node.name, node))  # type: ignore[union-attr]
+                found[node.name].append(_definition(module, node.name, node))  # type: ignore[attr-defined]
             if not isinstance(node, ast.ClassDef) or (
                     module.startswith(CONNECTOR_PACKAGE + ".kv_connector.") and node.name != BASE_CLASS):
                 continue

@@ -18,12 +18,13 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from conformance.spec import KVSpec
-from conformance.store import (
+from conformance.contract.spec import KVSpec
+from conformance.contract.store import (
     DAMAGE_KINDS,
     KVCorruptionError,
     KVEntry,
     check_entry_matches_spec,
+    damaged,
     logical_bytes,
     tensor_from_bytes,
 )
@@ -76,17 +77,12 @@ class FileStore:
 
     def damage(self, key: str, spec: KVSpec, how: str) -> None:
         """Damage the bytes at rest as a disk or a network would (test hook for ``at_rest``)."""
-        path = self._path(key, spec)
-        blob = bytearray(path.read_bytes())
-        if how == "truncate":
-            del blob[len(blob) - max(1, spec.storage_dtype.itemsize):]
-        elif how == "flip":
-            blob[-1] ^= 0x01
-        else:
+        if how not in DAMAGE_KINDS:
             raise ValueError(f"how={how!r}, but valid: {', '.join(DAMAGE_KINDS)}")
-        path.write_bytes(bytes(blob))
+        path = self._path(key, spec)
+        path.write_bytes(damaged(path.read_bytes(), how, element_size=spec.storage_dtype.itemsize))
 
-    # -- the encoding (overridden by the known-bad stores in fixtures/zoo) ------------------
+    # -- the encoding (overridden by the known-bad stores in conformance/zoo) ------------------
     def _path(self, key: str, spec: KVSpec) -> Path:
         return self.root / entry_name(key, spec)
 

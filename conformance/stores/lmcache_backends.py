@@ -72,14 +72,13 @@ for ``lm://``), ``get_blocking`` logs "Error 111 connecting to ..." and returns 
 ``contains`` returns False, so a clause would read a lost entry as a Fail or an expected miss
 as a Pass. The adapter checks its child server around every call and raises ``ServerGone``
 ("redis-server at 127.0.0.1:PORT stopped answering: ConnectionRefusedError ..."). To see this
-happen, ``KVCONFORM_FAULT=kill-server-after-puts:K`` (``conformance.faults``) kills the server
+happen, ``KVCONFORM_FAULT=kill-server-after-puts:K`` (``conformance.stores.faults``) kills the server
 right after the K-th accepted put.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import functools
 import hashlib
 import logging
@@ -97,11 +96,11 @@ from typing import Any, Callable
 
 import torch
 
-from conformance import faults
-from conformance.guard import HarnessError
-from conformance.spec import KVSpec, Layout
-from conformance.store import DAMAGE_KINDS, KVEntry
-from conformance.stores import lmcache_eras
+from conformance.contract.spec import KVSpec, Layout
+from conformance.contract.store import DAMAGE_KINDS, KVEntry, damaged
+from conformance.stores import faults, lmcache_eras
+from conformance.util import procs
+from conformance.verdict.guard import HarnessError
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +211,7 @@ def _server_checked(method: Callable[..., Any]) -> Callable[..., Any]:
     False), so a dead server would otherwise read as lost or missing entries.
     """
     @functools.wraps(method)
-    def checked(self: "LMCacheBackendStore", *args: Any, **kwargs: Any) -> Any:
+    def checked(self: LMCacheBackendStore, *args: Any, **kwargs: Any) -> Any:
         self._check_server()
         try:
             result = method(self, *args, **kwargs)
@@ -322,7 +321,7 @@ class LMCacheBackendStore:
     def _count_put(self) -> None:
         """Count an accepted put; at ``KVCONFORM_FAULT``'s count, kill the server (fault injection)."""
         self.puts += 1
-        if self.fault is not None and self.puts == self.fault.count:
+        if self.fault is not None and self.server is not None and self.puts == self.fault.count:
             self.server.kill(f"{self.fault} fired after put {self.puts}")
 
     def _check_server(self) -> None:
@@ -404,12 +403,6 @@ class _LoopThread:
             raise TimeoutError("the asyncio loop did not stop")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for_port(port: int, proc: subprocess.Popen, what: str, log_path: Path) -> None:
     deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
@@ -427,29 +420,11 @@ def _wait_for_port(port: int, proc: subprocess.Popen, what: str, log_path: Path)
 
 
 def _tail(path: Path, n: int = 400) -> str:
-    try:
-        return path.read_text(errors="replace")[-n:].strip() or "(empty)"
-    except OSError:
-        return "(unreadable)"
+    return procs.log_tail(path, n).strip() or "(empty)"
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGTERM when the test process dies (a killed run leaves no server behind)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM (Linux)
-    except (OSError, AttributeError):
-        pass
+    procs.stop(proc, grace_s=5)
 
 
 class ChildServer:
@@ -499,21 +474,13 @@ def _connect_error(port: int) -> str:
 def _start(argv: list[str], what: str, workdir: Path, port: int) -> ChildServer:
     """Start a child server logging to ``workdir/WHAT.log``; return once it accepts connections."""
     log_path = workdir / f"{what}.log"
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=workdir, preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    proc = procs.spawn(argv, log_path, cwd=workdir, die_with_parent=True)
     _wait_for_port(port, proc, what, log_path)
     return ChildServer(what, port, proc)
 
 
 def _damage_file(path: Path, spec: KVSpec, how: str) -> None:
-    """Truncate the last element or flip a bit of the last byte, as file.py's store does."""
-    blob = bytearray(path.read_bytes())
-    if how == "truncate":
-        del blob[len(blob) - max(1, spec.storage_dtype.itemsize):]
-    else:
-        blob[-1] ^= 0x01
-    path.write_bytes(bytes(blob))
+    path.write_bytes(damaged(path.read_bytes(), how, element_size=spec.storage_dtype.itemsize))
 
 
 def _remote_store(name: str, workdir: Path, url: str, *, capabilities: frozenset[str],
@@ -578,7 +545,7 @@ def make_redis(workdir: Path) -> LMCacheBackendStore:
         raise FileNotFoundError("redis-server not found on PATH (Debian: apt-get install redis-server)")
     data = Path(workdir) / "redis-data"
     data.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = procs.free_port()
     server = _start([exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
                      "--save", "", "--appendonly", "no", "--daemonize", "no"],
                     "redis-server", Path(workdir), port)
@@ -595,12 +562,7 @@ def make_redis(workdir: Path) -> LMCacheBackendStore:
             blob = client.get(name)
             if blob is None:
                 raise KeyError(f"no {name!r} in redis")
-            blob = bytearray(blob)
-            if how == "truncate":
-                del blob[len(blob) - max(1, spec.storage_dtype.itemsize):]
-            else:
-                blob[-1] ^= 0x01
-            client.set(name, bytes(blob))
+            client.set(name, damaged(blob, how, element_size=spec.storage_dtype.itemsize))
 
         return damage
 
@@ -615,7 +577,7 @@ def make_redis(workdir: Path) -> LMCacheBackendStore:
 
 def make_lm_server(workdir: Path) -> LMCacheBackendStore:
     """``RemoteBackend`` with ``lm://`` against ``python -m lmcache.v1.server 127.0.0.1 PORT cpu``."""
-    port = _free_port()
+    port = procs.free_port()
     server = _start([sys.executable, "-m", "lmcache.v1.server", "127.0.0.1", str(port), "cpu"],
                     "lmcache-server", Path(workdir), port)
     try:

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from conformance.store import StoreNotRunnable
+from conformance.contract.store import StoreNotRunnable
 
 # Every LMCache name the adapter uses, by module.
 REQUIRED: tuple[tuple[str, str], ...] = (

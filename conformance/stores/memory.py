@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conformance.spec import KVSpec
-from conformance.store import KVEntry, check_entry_matches_spec, logical_bytes, tensor_from_bytes
+from conformance.contract.spec import KVSpec
+from conformance.contract.store import KVEntry, check_entry_matches_spec, logical_bytes, tensor_from_bytes
 
 
 class MemoryStore:

@@ -1,0 +1,176 @@
+"""``kvconform certify``: run a profile's required tests and write a verifiable bundle.
+
+Modelled on the Kubernetes conformance submission: the run may not skip a required test, and
+the bundle carries everything a reviewer needs without rerunning it: results, JUnit, the
+rendered report, PRODUCT.yaml, the golden list used, the environment, the exact command, a
+README with reproduction steps, and a manifest with the SHA-256 of every file.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from conformance import __version__
+from conformance.certify.golden import SHIPPED_GOLDEN, Golden, Profile, load_golden, load_product, test_id
+from conformance.matrix.runner import suite_command
+from conformance.report import render as report
+from conformance.verdict import results
+from conformance.verdict.clauses import CLAUSES
+
+MANIFEST = "MANIFEST.json"
+CERTIFY_PROFILE = "certify"  # the Hypothesis profile: derandomized, recorded
+
+
+def results_name(profile: str) -> str:
+    return f"results-{profile}.json"
+
+
+def required_problems(profile: Profile, doc: dict[str, Any] | None) -> list[str]:
+    """Why ``doc`` does not satisfy ``profile``'s required tests (empty: it does)."""
+    if doc is None:
+        return [f"profile {profile.name}: no results"]
+    by_id = {test_id(CLAUSES[t["clause"]].level, t["clause"]): t for t in doc.get("tests", [])
+             if isinstance(t, dict) and t.get("clause") in CLAUSES}
+    problems = []
+    for tid in profile.required:
+        test = by_id.get(tid)
+        if test is None:
+            problems.append(f"profile {profile.name}: required test {tid} did not run")
+        elif test.get("status") != "Pass":
+            first = (test.get("message") or "").splitlines()[0] if test.get("message") else ""
+            problems.append(f"profile {profile.name}: required test {tid} is {test.get('status')}"
+                            + (f": {first}" if first else ""))
+    return problems
+
+
+def git_commit() -> str:
+    """The kvconform commit, marked ``-dirty`` when the checkout has uncommitted changes."""
+    here = Path(__file__).parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True,
+                               text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown (not a git checkout)"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def gpu_description() -> dict[str, Any]:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return {"name": torch.cuda.get_device_name(0), "cuda": torch.version.cuda,
+                    "driver": _nvidia_driver()}
+    except Exception as exc:  # a broken CUDA install must not stop a CPU certification
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {}
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def environment_fingerprint() -> dict[str, Any]:
+    env = results.environment()
+    env.update({"kvconform": __version__, "kvconform_commit": git_commit(), "gpu": gpu_description()})
+    return env
+
+
+def sha256_file(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_manifest(bundle: Path) -> None:
+    files = sorted(p for p in bundle.rglob("*") if p.is_file() and p.name != MANIFEST)
+    manifest = {"kvconform": __version__, "files": {str(p.relative_to(bundle)): sha256_file(p) for p in files}}
+    (bundle / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+README = """# kvconform certification bundle: {name} {version} ({vendor})
+
+Made by kvconform {suite} (commit {commit}) with:
+
+    {command}
+
+Profiles claimed: {profiles}. Verdict: {verdict}.
+
+## Check it without rerunning
+
+    pip install kvconform=={suite}
+    kvconform verify .
+
+`verify` checks every file against MANIFEST.json (SHA-256), that every required test of each
+claimed profile (golden.yaml, identical to the list shipped with kvconform {suite}) is present
+and passed, and that versions agree across files.
+
+## Reproduce it
+
+Install the connector ({connector}) and kvconform {suite} beside the packages in
+environment.json, then run the command above. Each profile's run is also, on its own:
+
+{per_profile}
+"""
+
+
+def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print,
+            argv: list[str] | None = None) -> int:
+    golden = load_golden()
+    product = load_product(product_path, golden)
+    if out.exists() and any(out.iterdir()):
+        say(f"kvconform certify: {out} is not empty; choose a new directory")
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    problems, per_profile = [], []
+    for name in product["profiles"]:
+        profile = golden.profiles[name]
+        res, junit, log = out / results_name(name), out / f"junit-{name}.xml", out / f"log-{name}.txt"
+        cmd = suite_command([f"--kv-store={product['connector']}"], CERTIFY_PROFILE, res, junit, profile.kv_cache_dtypes)
+        say(f"kvconform certify: profile {name}: running {len(profile.required)} required tests")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        log.write_text(proc.stdout + proc.stderr)
+        doc = json.loads(res.read_text()) if res.exists() else None
+        problems += required_problems(profile, doc)
+        per_profile.append("    " + shlex.join(["python", *cmd[1:]]).replace(str(out) + "/", ""))
+    _write_bundle(out, product_path, product, golden, problems, per_profile, argv or sys.argv)
+    for problem in problems:
+        say(f"NOT ELIGIBLE: {problem}")
+    say(f"kvconform certify: {'ELIGIBLE' if not problems else 'NOT ELIGIBLE'}; bundle in {out}")
+    return 0 if not problems else 1
+
+
+def _write_bundle(out: Path, product_path: Path, product: dict[str, Any], golden: Golden,
+                  problems: list[str], per_profile: list[str], argv: list[str]) -> None:
+    shutil.copyfile(product_path, out / "PRODUCT.yaml")
+    shutil.copyfile(SHIPPED_GOLDEN, out / "golden.yaml")
+    env = environment_fingerprint()
+    (out / "environment.json").write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+    command = shlex.join(["kvconform", *argv[1:]]) if argv else "kvconform certify"
+    (out / "command.txt").write_text(command + "\n")
+    docs = [json.loads((out / results_name(n)).read_text()) for n in product["profiles"]
+            if (out / results_name(n)).exists()]
+    cells = [{**d, "cell": {"id": f"{product['name']} [{n}]", "store": product["name"], "target": product["connector"],
+                            "tier": f"certify:{n}", "command": c.strip(), "wall_s": None}}
+             for d, n, c in zip(docs, product["profiles"], per_profile)]
+    (out / "report.md").write_text(report.markdown(report.matrix_document(cells)))
+    verdict = "ELIGIBLE" if not problems else "NOT ELIGIBLE (" + "; ".join(problems) + ")"
+    (out / "README.md").write_text(README.format(
+        name=product["name"], version=product["version"], vendor=product["vendor"], suite=__version__,
+        commit=env["kvconform_commit"], command=command, profiles=", ".join(product["profiles"]),
+        verdict=verdict, connector=product["connector"], per_profile="\n".join(per_profile)))
+    write_manifest(out)

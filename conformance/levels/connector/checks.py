@@ -1,0 +1,84 @@
+"""Byte-level comparisons between runs, each returning what differs in words.
+
+Slots are compared as raw bytes (``torch.equal`` on uint8), never as floats: NaN payloads
+and -0 are content. A message names the layer, the token, the blocks and the first differing
+byte, because "caches differ" helps nobody fix a connector.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import torch
+
+from conformance.levels.connector.harness import Run, backing_offsets
+
+MAX_REPORTED = 3
+
+
+def views_over(caches: Mapping[str, torch.Tensor], raw: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The layer views of ``caches``, laid over another copy (``raw``) of their ``backing_bytes``."""
+    storage, offsets = raw.untyped_storage(), backing_offsets(caches)
+    return {name: torch.empty(0, dtype=c.dtype).set_(
+                storage, offsets[c.untyped_storage().data_ptr()] // c.element_size() + c.storage_offset(),
+                c.shape, c.stride())
+            for name, c in caches.items()}
+
+
+def _rows(view: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The KV of tokens (block, offset) of a layer view, one row of bytes per token: [B, H, N, C]
+    views (attention) and [B, N, C] views (MLA's latent, one per token)."""
+    tokens = view[blocks, offsets] if view.dim() == 3 else view[blocks, :, offsets]  # a copy
+    return tokens.contiguous().view(torch.uint8).reshape(len(blocks), -1)
+
+
+def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: int) -> list[str]:
+    """Tokens [0, ntokens) as the load run holds them, against what the store run's model wrote.
+
+    Tokens in blocks the connector reported as failed loads are exempt: vLLM recomputes them.
+    """
+    if ntokens <= 0:
+        return []
+    positions = torch.arange(ntokens)
+    src_blocks = torch.tensor(stored.blocks[stored_id], dtype=torch.long)[positions // stored.block_size]
+    dst_blocks = torch.tensor(loaded.blocks[loaded_id], dtype=torch.long)[positions // loaded.block_size]
+    keep = torch.tensor([int(b) not in loaded.load_errors for b in dst_blocks], dtype=torch.bool)
+    positions, src_blocks, dst_blocks = positions[keep], src_blocks[keep], dst_blocks[keep]
+    offsets = positions % loaded.block_size
+    written = views_over(stored.caches, stored.before)
+    problems = []
+    for layer, view in loaded.caches.items():
+        want, got = _rows(written[layer], src_blocks, offsets), _rows(view, dst_blocks, offsets)
+        bad = (want != got).any(dim=1).nonzero().flatten().tolist()
+        if bad:
+            i = bad[0]
+            byte = int((want[i] != got[i]).nonzero()[0])
+            problems.append(
+                f"{layer}: {len(bad)} of {len(positions)} loaded tokens differ, first token {int(positions[i])} "
+                f"(stored in block {int(src_blocks[i])}, loaded into block {int(dst_blocks[i])}, slot "
+                f"{int(offsets[i])}): byte {byte} is 0x{int(got[i][byte]):02x}, but should be "
+                f"0x{int(want[i][byte]):02x}")
+    return problems[:MAX_REPORTED]
+
+
+def changed_blocks(run: Run, blocks: Iterable[int]) -> list[str]:
+    """Blocks among ``blocks`` whose bytes differ from before the run, per layer."""
+    ids = sorted(set(blocks))
+    if not ids:
+        return []
+    index = torch.tensor(ids, dtype=torch.long)
+    before = views_over(run.caches, run.before)
+    problems = []
+    for layer, view in run.caches.items():
+        was = before[layer][index].contiguous().view(torch.uint8).reshape(len(ids), -1)
+        now = view[index].contiguous().view(torch.uint8).reshape(len(ids), -1)
+        bad = [ids[i] for i in (was != now).any(dim=1).nonzero().flatten().tolist()]
+        if bad:
+            problems.append(f"{layer}: block(s) {bad[:8]} changed")
+    return problems[:MAX_REPORTED]
+
+
+def unowned_blocks(run: Run, owner: str) -> list[int]:
+    """Every block of the cache that ``owner`` does not hold (the null block 0 included)."""
+    owned = set(run.blocks.get(owner, ()))
+    return [b for b in range(run.num_blocks) if b not in owned]

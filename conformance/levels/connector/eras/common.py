@@ -1,0 +1,123 @@
+"""What every era does the same way: the scheduler, the worker connector, requests and the
+model runner's connector hooks. These APIs held still across the eras; only the config's
+layout knob and the KV cache allocator moved, which is what each era module supplies.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, ContextManager, Mapping, Sequence
+
+import torch
+
+
+class HookEra:
+    """The era-independent half of ``Era``; subclasses add ``layouts``, ``_set_layout`` and ``allocate``."""
+
+    name: str
+
+    def __init__(self, vllm_version: str) -> None:
+        self.vllm_version = vllm_version
+        from vllm.utils.hashing import sha256
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        init_none_hash(sha256)
+        self._hasher = lambda block_size: get_request_block_hasher(block_size, sha256)
+
+    def _set_layout(self, cache_config: Any, layout: str) -> None:
+        """Put ``layout`` where this vLLM reads it, before the ``VllmConfig`` is built."""
+        raise NotImplementedError
+
+    def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
+                    layout: str, block_size: int) -> Any:
+        from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
+
+        model_config = ModelConfig(model=model, seed=0)
+        scheduler_config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=4096,
+                                           max_model_len=model_config.max_model_len,
+                                           enable_chunked_prefill=True, is_encoder_decoder=False)
+        cache_config = CacheConfig(block_size=block_size, cache_dtype=kv_cache_dtype, enable_prefix_caching=True)
+        self._set_layout(cache_config, layout)
+        return VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
+                          cache_config=cache_config, kv_transfer_config=KVTransferConfig(**transfer),
+                          device_config=DeviceConfig("cpu"))
+
+    def storage_dtype(self, config: Any) -> torch.dtype:
+        from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+
+        return kv_cache_dtype_str_to_dtype(config.cache_config.cache_dtype, config.model_config)
+
+    def make_scheduler(self, config: Any, kv_cache_config: Any) -> Any:
+        from vllm.v1.core.sched.scheduler import Scheduler
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        return Scheduler(vllm_config=config, kv_cache_config=kv_cache_config,
+                         structured_output_manager=StructuredOutputManager(config),
+                         block_size=config.cache_config.block_size, log_stats=True)
+
+    def make_worker_connector(self, config: Any, kv_cache_config: Any) -> Any:
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+        return KVConnectorFactory.create_connector(config, KVConnectorRole.WORKER, kv_cache_config)
+
+    def worker_setup(self, config: Any) -> ContextManager[Any]:
+        """vLLM's worker wrapper runs ``initialize_from_config`` (connector built, caches registered)
+        under ``set_current_vllm_config``; a connector may read it there (LMCache's MLA path does)."""
+        from vllm.config import set_current_vllm_config
+
+        return set_current_vllm_config(config)
+
+    def make_request(self, request_id: str, prompt: Sequence[int], block_size: int) -> Any:
+        from vllm import SamplingParams
+        from vllm.v1.request import Request
+
+        params = SamplingParams(max_tokens=1)
+        params.update_from_generation_config({}, 0)
+        return Request(request_id=request_id, prompt_token_ids=list(prompt), sampling_params=params,
+                       pooling_params=None, block_hasher=self._hasher(block_size))
+
+    def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
+                        mla: bool, config: Any) -> Any:
+        """vLLM's own model-runner connector code for one step (``_get_kv_connector_output``, which
+        calls the hooks this vLLM calls, in its order), around what each attention layer does."""
+        from vllm.distributed.kv_transfer import kv_transfer_state
+        from vllm.forward_context import set_forward_context
+        from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin
+
+        metadata = {name: _attention_metadata(mla) for name in caches}
+        config.compilation_config.static_forward_context = {
+            name: SimpleNamespace(kv_cache=cache) for name, cache in caches.items()}
+        kv_transfer_state._KV_CONNECTOR_AGENT = worker
+        try:
+            with set_forward_context(metadata, config), \
+                    KVConnectorModelRunnerMixin._get_kv_connector_output(scheduler_output) as output:
+                for name, cache in caches.items():  # what each attention layer's forward does
+                    worker.wait_for_layer_load(name)
+                    worker.save_kv_layer(name, cache, metadata[name])
+        finally:
+            kv_transfer_state._KV_CONNECTOR_AGENT = None
+        return output
+
+    def model_runner_output(self, scheduler: Any, scheduler_output: Any, connector_output: Any,
+                            token: int) -> Any:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        ids = list(scheduler_output.num_scheduled_tokens)
+        sampled = []
+        for rid in ids:
+            request = scheduler.requests[rid]
+            done = request.num_computed_tokens >= request.num_prompt_tokens
+            sampled.append([token] if done else [])
+        return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                                 sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
+                                 pooler_output=None, kv_connector_output=connector_output)
+
+
+def _attention_metadata(mla: bool) -> Any:
+    """Per-layer attention metadata of the type connectors test for (MLA or not); no fields read."""
+    if mla:
+        from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadata
+
+        return object.__new__(MLACommonMetadata)
+    return SimpleNamespace()

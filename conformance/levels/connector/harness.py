@@ -1,0 +1,211 @@
+"""Drives the connector under test through one engine's lifetime, without an engine.
+
+A *run* is what one engine would do: a fresh ``VllmConfig``, KV caches allocated by vLLM in
+the drawn layout and filled with drawn bit patterns (what "the model computed"), the real
+vLLM scheduler with the scheduler-side connector, a worker-side connector registered on the
+caches, and model-runner steps until every request finished. The store run and the load run
+are two runs: nothing is shared between them but the connector's own storage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from conformance.contract.store import damaged
+from conformance.levels.connector.eras import Era
+from conformance.levels.subject import ConnectorChoice
+from conformance.verdict.guard import Guarded, HarnessError
+
+SAMPLED_TOKEN = 0
+# fill(backing bytes, the dtype vLLM allocated, the model dtype): writes what "the model computed".
+Filler = Callable[[torch.Tensor, torch.dtype, str], None]
+IDLE_STEP_PAUSE_S = 0.002  # a step that scheduled nothing is waiting on an async transfer
+
+
+class ConnectorRaised(Exception):
+    """The connector under test raised from one of its hooks (a conformance failure)."""
+
+    def __init__(self, phase: str, exc: BaseException) -> None:
+        super().__init__(f"{phase}: {type(exc).__name__}: {exc}")
+        self.phase, self.exc = phase, exc
+
+
+class LayoutRefused(ConnectorRaised):
+    """The connector declined the layout up front (NotImplementedError while it was built or
+    registered the caches): a clean refusal of a layout vLLM would not pick for it."""
+
+
+@dataclass
+class Run:
+    """What one engine's lifetime left behind, for the clauses to compare byte by byte."""
+
+    kv_cache_dtype: str
+    layout: str
+    block_size: int
+    mla: bool
+    caches: dict[str, torch.Tensor]
+    before: torch.Tensor  # backing_bytes(caches) after the fill, before any hook ran
+    blocks: dict[str, list[int]] = field(default_factory=dict)  # request id -> its block ids
+    external_tokens: dict[str, int] = field(default_factory=dict)  # request id -> tokens loaded
+    load_errors: set[int] = field(default_factory=set)  # block ids the connector said failed
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks in each layer's view (vLLM's KVCacheConfig may round what was asked)."""
+        return next(iter(self.caches.values())).shape[0]
+
+
+def backings(caches: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Each allocation under the layer views, as flat bytes (no copy), in layer order: one that
+    every layer shares (vLLM >= 0.29), or one per layer (vLLM 0.28's model runner)."""
+    storages = {c.untyped_storage().data_ptr(): c.untyped_storage() for c in caches.values()}
+    return [torch.empty(0, dtype=torch.uint8).set_(s) for s in storages.values()]
+
+
+def backing_bytes(caches: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """Every byte under the layer views: the one allocation itself (no copy), or the per-layer
+    allocations concatenated in ``backings`` order (a copy; ``views_over`` reads it alike)."""
+    parts = backings(caches)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def scatter_bytes(caches: Mapping[str, torch.Tensor], raw: torch.Tensor) -> None:
+    """Write ``raw`` (laid out as ``backing_bytes``) back into the allocations, if it is a copy."""
+    parts = backings(caches)
+    if len(parts) > 1:
+        for part, chunk in zip(parts, raw.split([p.numel() for p in parts])):
+            part.copy_(chunk)
+
+
+def backing_offsets(caches: Mapping[str, torch.Tensor]) -> dict[int, int]:
+    """Where each allocation (by data pointer) starts in ``backing_bytes``."""
+    offsets, at = {}, 0
+    for part in backings(caches):
+        offsets[part.data_ptr()], at = at, at + part.numel()
+    return offsets
+
+
+@dataclass
+class ConnectorHarness:
+    """The connector under test on one model geometry, run after run."""
+
+    era: Era
+    connector: ConnectorChoice
+    model: Path
+    workdir: Path
+    num_blocks: int = 64
+    timeout_s: float = 60.0
+    extra_config: Mapping[str, Any] = field(default_factory=dict)  # what the suite started (servers)
+    lose_remote: Callable[[], str] | None = None  # loses a server's content; says how
+
+    def damage(self, storage: str) -> str:
+        """Corrupt what a store run left in ``storage`` (one byte flipped mid-file, as bit rot or a
+        torn write leaves it), or lose a server's content; say how. NotImplementedError when the
+        suite cannot reach the connector's storage."""
+        files = sorted(p for p in (self.workdir / storage).rglob("*") if p.is_file())
+        for f in files:
+            data = f.read_bytes()
+            if data:
+                f.write_bytes(damaged(data, "flip_middle"))
+        if files:
+            return f"flipped the middle byte of each of the {len(files)} files the connector stored"
+        if self.lose_remote is not None:
+            return self.lose_remote()
+        raise NotImplementedError(f"the suite cannot reach the storage of {self.connector.label} to damage it")
+
+    @property
+    def vocab_size(self) -> int:
+        return int(json.loads((self.model / "config.json").read_text())["vocab_size"])
+
+    def run(self, *, kv_cache_dtype: str, layout: str, block_size: int,
+            requests: Sequence[tuple[str, Sequence[int]]], fill: Filler,
+            storage: str) -> Run:
+        """One engine's lifetime: ``requests`` scheduled in order, each prefilled and finished."""
+        era = self.era
+        transfer = self.connector.transfer_config({"shared_storage_path": str(self.workdir / storage),
+                                                   **self.extra_config})
+        config = era.make_config(model=str(self.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype,
+                                 layout=layout, block_size=block_size)
+        mla = bool(config.model_config.use_mla)
+        block_size = config.cache_config.block_size  # vLLM may override it (CPU MLA needs 16)
+        layer_names = [f"model.layers.{i}.self_attn.attn"
+                       for i in range(config.model_config.get_num_layers(config.parallel_config))]
+        kv_cache_config, caches = era.allocate(config, layer_names, self.num_blocks, mla)
+        raw = backing_bytes(caches)
+        fill(raw, era.storage_dtype(config), str(config.model_config.dtype).removeprefix("torch."))
+        scatter_bytes(caches, raw)
+        run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
+        scheduler = self._guarded(self._hook("building the scheduler", era.make_scheduler, config, kv_cache_config),
+                                  "scheduler")
+        with era.worker_setup(config):
+            worker = self._guarded(self._setup("building the worker connector", era.make_worker_connector, config,
+                                               kv_cache_config), "worker connector")
+        try:
+            with era.worker_setup(config):
+                self._setup("register_kv_caches", worker.register_kv_caches, caches)
+            for request_id, prompt in requests:
+                self._hook("scheduler", scheduler.add_request, era.make_request(request_id, prompt, block_size))
+            self._steps(scheduler, worker.inner, run, config)
+        except BaseException:
+            self._shutdown(worker, scheduler, quiet=True)
+            raise
+        self._shutdown(worker, scheduler, quiet=False)
+        return run
+
+    def _shutdown(self, worker: Guarded, scheduler: Guarded, *, quiet: bool) -> None:
+        """Both connectors' shutdown hooks (the scheduler's runs its own); quiet while failing."""
+        for part in (worker, scheduler):
+            try:
+                self._hook("shutdown", part.shutdown)
+            except (ConnectorRaised, HarnessError):
+                if not quiet:
+                    raise
+
+    def _steps(self, scheduler: Any, worker: Any, run: Run, config: Any) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        runner = self._guarded(self.era, "worker step")  # vLLM's runner code checks the connector's type
+        while time.monotonic() < deadline:
+            if not scheduler.inner.has_requests():
+                return
+            out = self._hook("scheduler", scheduler.schedule)
+            if not out.total_num_scheduled_tokens:
+                time.sleep(IDLE_STEP_PAUSE_S)
+            for new in out.scheduled_new_reqs:
+                run.blocks[new.req_id] = list(new.block_ids[0])
+                run.external_tokens[new.req_id] = new.num_computed_tokens
+            connector_output = self._hook("worker hooks", runner.run_worker_step, worker, out, run.caches, run.mla,
+                                          config)
+            run.load_errors |= set(connector_output.invalid_block_ids or ())
+            result = self.era.model_runner_output(scheduler.inner, out, connector_output, SAMPLED_TOKEN)
+            self._hook("scheduler", scheduler.update_from_output, out, result)
+        left = sorted(scheduler.inner.requests)
+        raise HarnessError(f"{self.connector.label}: requests {left} did not finish within {self.timeout_s:g}s "
+                           "(an async load or save that never completes?)")
+
+    def _guarded(self, target: Any, name: str) -> Guarded:
+        return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s)
+
+    @staticmethod
+    def _hook(phase: str, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except HarnessError:
+            raise
+        except Exception as exc:
+            raise ConnectorRaised(phase, exc) from exc
+
+    @classmethod
+    def _setup(cls, phase: str, call: Callable[..., Any], *args: Any) -> Any:
+        """A hook that builds the worker side: NotImplementedError there declines the layout."""
+        try:
+            return cls._hook(phase, call, *args)
+        except ConnectorRaised as exc:
+            if isinstance(exc.exc, NotImplementedError):
+                raise LayoutRefused(exc.phase, exc.exc) from exc.exc
+            raise

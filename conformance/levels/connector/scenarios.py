@@ -1,0 +1,99 @@
+"""What the connector-API clauses draw: dtypes, layouts, prompts, and cache fills.
+
+Prompts start with tokens unique to the example, so that a connector whose storage outlives
+an example (a server) never serves one example's KV to the next: a hit is always this
+example's own store.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from hypothesis import strategies as st
+
+from conformance.contract.spec import SAME_WIDTH_TWINS, resolve_kv_cache_dtype
+from conformance.contract.strategies import active_kv_cache_dtypes, bits_dtype, raw_bit_patterns
+
+# The dtypes the CPU backend allocates (vLLM's CacheDType strings); fp8 ones are uint8 tensors.
+CPU_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# kv_cache_dtype twins the CPU backend allocates: same width, another element format.
+TWINS = {dtype: twin for dtype, twin in SAME_WIDTH_TWINS.items() if {dtype, twin} <= set(CPU_KV_CACHE_DTYPES)}
+BLOCK_SIZES = (16, 32)
+UNIQUE_PREFIX = 2  # tokens that make every example's prompts its own
+LOW_TOKEN = 2  # 0 and 1 are often special
+_counter = itertools.count(1)
+
+
+def kv_cache_dtypes() -> st.SearchStrategy[str]:
+    """The CPU dtype axis, narrowed by ``--kv-cache-dtypes`` when given."""
+    chosen = [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()]
+    return st.sampled_from(chosen or list(CPU_KV_CACHE_DTYPES))
+
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """Token ids for one example: ``stored`` and a ``neighbour`` with nothing in common."""
+
+    stored: list[int]
+    neighbour: list[int]
+    vocab_size: int
+
+    def diverging(self, k: int, tail_len: int) -> list[int]:
+        """A prompt that shares exactly the first ``k`` tokens of ``stored``, then goes elsewhere."""
+        tail = _unique(LOW_TOKEN, self.vocab_size) + self.neighbour[UNIQUE_PREFIX:][:tail_len]
+        if k < len(self.stored) and tail[0] == self.stored[k]:
+            tail[0] = LOW_TOKEN + (tail[0] + 1 - LOW_TOKEN) % (self.vocab_size - LOW_TOKEN)
+        return self.stored[:k] + tail
+
+
+@st.composite
+def prompts(draw: st.DrawFn, *, vocab_size: int, max_len: int, min_len: int = 1,
+            min_neighbour_len: int = 1) -> Prompts:
+    """Two prompts of drawn lengths (plus their unique prefix tokens) and seeded random tokens."""
+    n = draw(st.integers(min_len, max_len), label="prompt_len")
+    m = draw(st.integers(min_neighbour_len, max_len), label="neighbour_len")
+    return unique_prompts(vocab_size, n, m, seed=draw(st.integers(0, 2**16), label="token_seed"))
+
+
+def unique_prompts(vocab_size: int, n: int, m: int = 8, *, seed: int) -> Prompts:
+    """A stored prompt of ``n`` and a neighbour of ``m`` random tokens, each after its unique prefix."""
+    body = torch.randint(LOW_TOKEN, vocab_size, (n + m,), generator=torch.Generator().manual_seed(seed)).tolist()
+    return Prompts(_unique(LOW_TOKEN, vocab_size) + body[:n], _unique(LOW_TOKEN, vocab_size) + body[n:], vocab_size)
+
+
+def _unique(low: int, vocab_size: int) -> list[int]:
+    """Two tokens no other example of this process (or of a parallel one) starts with."""
+    value = next(_counter) * 7919 + os.getpid()
+    span = vocab_size - low
+    return [low + value % span, low + (value // span) % span]
+
+
+def seeded_fill(seed: int) -> Callable[[torch.Tensor, torch.dtype, str], None]:
+    """Random bytes from ``seed``: a fixed fill for the suite's own probes."""
+
+    def fill(raw: torch.Tensor, allocated: torch.dtype, model_dtype: str) -> None:
+        raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=torch.Generator().manual_seed(seed)))
+
+    return fill
+
+
+def filler(data: st.DataObject, kv_cache_dtype: str) -> Callable[[torch.Tensor, torch.dtype, str], None]:
+    """Fills a run's backing bytes with drawn bit patterns of the dtype's element format.
+
+    The storage dtype vLLM allocated must be the one the KV contract names for the string
+    (uint8 for every fp8 format); a disagreement is reported, never papered over.
+    """
+    def fill(raw: torch.Tensor, allocated: torch.dtype, model_dtype: str) -> None:
+        storage, fmt = resolve_kv_cache_dtype(kv_cache_dtype, model_dtype)
+        if allocated != storage:
+            raise AssertionError(f"vLLM allocated {allocated} for kv_cache_dtype={kv_cache_dtype!r}, "
+                                 f"the KV contract says {storage}")
+        bits = data.draw(raw_bit_patterns(fmt, raw.numel()), label="cache_bits")
+        raw.view(bits_dtype(fmt)).copy_(bits)
+
+    return fill

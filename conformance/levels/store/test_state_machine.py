@@ -1,0 +1,76 @@
+"""The stateful clause: any sequence of operations agrees with a plain dict.
+
+Keys come from a small pool so that overwrites, deletes of absent keys and gets after delete
+all happen. Each machine run uses its own key prefix on the shared store.
+"""
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+
+from conformance.contract.store import KVEntry
+from conformance.contract.strategies import bit_patterns, fresh_key, kv_specs, scales
+from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_bytes, float_bits
+from conformance.verdict.clauses import EXAMPLES, clause
+
+_CLAUSE = "state_machine"
+KEY_POOL = st.sampled_from(["a", "b", "c"])
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self, store, nodeid: str) -> None:
+        super().__init__()
+        EXAMPLES[nodeid] += 1
+        self.store = store
+        self.prefix = fresh_key()
+        self.model: dict[str, KVEntry] = {}
+        self.spec = None
+
+    @initialize(spec=kv_specs(max_blocks=1))
+    def choose_spec(self, spec):
+        self.spec = spec
+
+    def _key(self, k: str) -> str:
+        return f"{self.prefix}/{k}"
+
+    @rule(k=KEY_POOL, data=st.data())
+    def put(self, k, data):
+        entry = KVEntry(self.spec, data.draw(bit_patterns(self.spec, max_overrides=4), label="content"),
+                        data.draw(scales, label="k_scale"), data.draw(scales, label="v_scale"))
+        self.store.put(self._key(k), entry)
+        self.model[k] = entry
+
+    @rule(k=KEY_POOL)
+    def get(self, k):
+        got = self.store.get(self._key(k), self.spec)
+        want = self.model.get(k)
+        if want is None:
+            if got is not None:
+                raise ClauseViolation(_CLAUSE, f"get({k!r}) returned an entry, but the model has none "
+                                               "(never put, or deleted)")
+            return
+        if got is None:
+            raise ClauseViolation(_CLAUSE, f"get({k!r}) returned None, but the model holds an entry")
+        assert_same_bytes(got.tensor, want.tensor, clause=_CLAUSE,
+                          context=f"get({k!r}) after the model's last put (overwrites replace)")
+        if "scales" in self.store.capabilities:
+            assert_equal("(k_scale, v_scale)", (float_bits(got.k_scale), float_bits(got.v_scale)),
+                         (float_bits(want.k_scale), float_bits(want.v_scale)), clause=_CLAUSE,
+                         context=f"get({k!r})")
+
+    @rule(k=KEY_POOL)
+    def contains(self, k):
+        assert_equal(f"contains({k!r})", self.store.contains(self._key(k), self.spec), k in self.model,
+                     clause=_CLAUSE)
+
+    @precondition(lambda self: "delete" in self.store.capabilities)
+    @rule(k=KEY_POOL)
+    def delete(self, k):
+        assert_equal(f"delete({k!r})", self.store.delete(self._key(k), self.spec), k in self.model,
+                     clause=_CLAUSE, context="delete returns whether an entry was removed")
+        self.model.pop(k, None)
+
+
+@clause(_CLAUSE)
+def test_state_machine(kv_store, request):
+    run_state_machine_as_test(lambda: StoreMachine(kv_store, request.node.nodeid), settings=settings())

@@ -1,0 +1,243 @@
+"""Runs matrix cells, each in its own pytest process with a deadline.
+
+A cell that crashes, hangs past its deadline or never writes results still yields a result
+file: every clause Error, with the reason and the tail of the log, so nothing disappears from
+the report. Results are keyed by cell and suite version: a rerun skips cells already done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from conformance import __version__
+from conformance.matrix.definition import Cell
+from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements
+from conformance.verdict import results
+from conformance.verdict.clauses import CLAUSES
+from conformance.verdict.status import Status
+
+LOG_TAIL_CHARS = 4000
+DEFAULT_STACKS_DIR = Path(".kvconform/stacks")
+
+
+def result_path(results_dir: Path, cell: Cell) -> Path:
+    return Path(results_dir) / f"{cell.file_stem}.json"
+
+
+def baselines_dir(results_dir: Path) -> Path:
+    """Where a run's engine cells share their no-connector baselines (conformance/levels/engine/baselines.py)."""
+    return Path(results_dir).resolve() / "baselines"
+
+
+def is_done(path: Path) -> bool:
+    """A result of this suite version that ran: a placeholder (an excluded cell, a platform this
+    machine lacks) is written again or replaced by a run on the next pass."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return (doc.get("suite_version") == __version__ and doc.get("schema") == results.SCHEMA
+            and doc.get("cell", {}).get("ran", True))
+
+
+def suite_command(args: Sequence[str], profile: str, out: Path, junit: Path,
+                  kv_cache_dtypes: Sequence[str] | None = None, python: str = sys.executable) -> list[str]:
+    """The pytest command line that runs the conformance suite on one implementation (``args``)."""
+    cmd = [python, "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q", *args,
+           f"--kv-profile={profile}", f"--kv-results={out}", f"--junitxml={junit}"]
+    if kv_cache_dtypes:
+        cmd.append(f"--kv-cache-dtypes={','.join(kv_cache_dtypes)}")
+    return cmd
+
+
+def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -> dict[str, Any]:
+    """Run one cell (in its stack's Python, provisioned by ``stacks``); always returns and writes its results."""
+    out = result_path(results_dir, cell)
+    junit = out.with_suffix(".junit.xml")
+    log = out.with_suffix(".log")
+    out.unlink(missing_ok=True)
+    missing = machine_platforms().get(cell.tier.platform)
+    if missing is not None:  # a GPU tier on a CPU machine: reported, never attempted
+        doc = _uniform_document(cell, Status.NOT_RUNNABLE, f"tier {cell.tier.name!r} runs on "
+                                                           f"{cell.tier.platform}: {missing}")
+        doc["cell"] = _cell_record(cell, None, None, 0.0, ran=False)
+        results.write(out, doc)
+        return doc
+    python, stack, failed = _stack_python(cell, stacks)
+    started = time.monotonic()  # after provisioning: the stack records its own install_s
+    args = (*cell.args, *([f"--kv-engine-baselines={baselines_dir(results_dir)}"] if cell.level == "engine" else []))
+    cmd = suite_command(args, cell.tier.profile, out, junit, python=python)
+    if failed is None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {})}
+        output, problem = _run_pytest(cmd, out, cell.tier.timeout_s, env)
+    else:
+        output, problem = failed.log, failed.reason
+    log.write_text(output)
+    doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
+    shown = "python" if python == sys.executable else os.path.relpath(python)
+    command = " ".join([shown, *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml")
+    doc["cell"] = _cell_record(cell, stack, command, time.monotonic() - started)
+    apply_expectations(doc, cell)
+    results.write(out, doc)
+    return doc
+
+
+def _cell_record(cell: Cell, stack: dict[str, Any] | None, command: str | None, wall_s: float,
+                 **extra: Any) -> dict[str, Any]:
+    """What a result says of its cell: where it sits in the matrix, what ran it, how long it took."""
+    return {"id": cell.id, "name": cell.name, "level": cell.level, "coordinates": dict(cell.coordinates),
+            "tier": cell.tier.name, "stack": stack, "command": command, "wall_s": round(wall_s, 2), **extra}
+
+
+def _stack_python(cell: Cell, stacks: Provisioner | None) -> tuple[str, dict[str, Any] | None, StackError | None]:
+    """The Python the cell runs in and its stack's record; a stack that failed to install is returned, not raised."""
+    if cell.stack is None:
+        return sys.executable, None, None
+    try:
+        found = (stacks or default_provisioner()).env(cell.stack)
+    except StackError as exc:
+        return sys.executable, {"name": cell.stack.name, "install": list(requirements(cell.stack, cell.tier.platform)),
+                                "error": exc.reason}, exc
+    return found.python, found.record(cell.stack), None
+
+
+def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True, platform: str = "cpu") -> Provisioner:
+    """Venvs under ``root``, with kvconform installed from the checkout this code runs from."""
+    return Provisioner(root, Path(__file__).resolve().parents[2], provision=provision, platform=platform)
+
+
+def _run_pytest(cmd: list[str], out: Path, timeout_s: float, env: dict[str, str]) -> tuple[str, str | None]:
+    """(output, problem): problem is None when pytest wrote its results in time."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        return _text(exc.stdout) + _text(exc.stderr), f"cell exceeded its {timeout_s:g}s deadline and was killed"
+    problem = None if out.exists() else f"pytest exited {proc.returncode} without writing results"
+    return proc.stdout + proc.stderr, problem
+
+
+def _text(data: Any) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
+def _error_document(cell: Cell, problem: str, output: str) -> dict[str, Any]:
+    return _uniform_document(cell, Status.ERROR, f"{problem}\n--- log tail ---\n{output[-LOG_TAIL_CHARS:]}")
+
+
+def _uniform_document(cell: Cell, status: Status, message: str) -> dict[str, Any]:
+    """A result for a cell that ran no test: every clause of its tier gets ``status`` and ``message``."""
+    records = [results.TestRecord(nodeid="", clause=c.id, status=status.value, duration_s=0.0, examples=0,
+                                  message=message) for c in CLAUSES.values() if c.level == cell.level]
+    return results.build(store={"spec": " ".join(cell.args), "target": None, "version": None,
+                                "capabilities": []},
+                         profile=cell.tier.profile, hypothesis_settings={}, records=records)
+
+
+def apply_expectations(doc: dict[str, Any], cell: Cell) -> None:
+    """Known failures become XFail; a known failure that passed becomes XPass (a stale expectation).
+
+    An intermittent one (may pass, may fail) becomes XFail when it fails and stays Pass otherwise.
+    The status the suite gave is kept as ``raw_status``, so the expectations matrix.yaml has *now*
+    can be applied again to a kept result (an edited expectation needs no rerun).
+    """
+    for test in doc["tests"]:
+        raw = _raw_status(test)
+        test["raw_status"], test["status"] = raw, raw
+        if "raw_message" in test:
+            test["message"] = test.pop("raw_message")
+        test.pop("expected", None)
+        maybe = cell.intermittent.get(test["clause"])
+        if maybe is not None and raw == Status.FAIL.value:
+            test["status"], test["expected"] = Status.XFAIL.value, maybe
+            continue
+        reason = cell.expected_failures.get(test["clause"])
+        if reason is None:
+            continue
+        if raw == Status.FAIL.value:
+            test["status"] = Status.XFAIL.value
+            test["expected"] = reason
+        elif raw == Status.PASS.value:
+            test["status"] = Status.XPASS.value
+            test["raw_message"] = test.get("message", "")
+            test["message"] = f"expected to fail ({reason}) but passed: the expectation is stale"
+    doc["summary"] = dict(sorted(Counter(t["status"] for t in doc["tests"]).items()))
+
+
+def _raw_status(test: dict[str, Any]) -> str:
+    """The suite's own verdict. A result written before ``raw_status`` existed is read back from
+    what an expectation made of it; an XFail the suite itself gave (an xfail file) stays one."""
+    if "raw_status" in test:
+        return test["raw_status"]
+    if test["status"] == Status.XFAIL.value and "expected" in test:
+        return Status.FAIL.value
+    if test["status"] == Status.XPASS.value and (test.get("message") or "").endswith("the expectation is stale"):
+        return Status.PASS.value
+    return test["status"]
+
+
+def write_excluded(cell: Cell, reason: str, results_dir: Path) -> dict[str, Any]:
+    """The result of a cell matrix.yaml excludes: every clause Skip with the reason, so it stays in the report."""
+    doc = _uniform_document(cell, Status.SKIP, f"excluded by the matrix: {reason}")
+    doc["cell"] = _cell_record(cell, None, None, 0.0, ran=False, excluded=reason)
+    Path(results_dir).mkdir(parents=True, exist_ok=True)
+    results.write(result_path(results_dir, cell), doc)
+    return doc
+
+
+def _summary(doc: dict[str, Any]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in doc["summary"].items())
+
+
+_SAY_LOCK = threading.Lock()
+
+
+def say_line(line: str) -> None:
+    """One progress line, whole: ``print`` writes the text and its newline separately, so lines from
+    parallel cells ran together."""
+    with _SAY_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stacks: Provisioner | None = None,
+              jobs: int = 1, say: Callable[[str], None] = say_line) -> list[dict[str, Any]]:
+    """Run ``cells``, ``jobs`` at a time, skipping those already done; report progress as it goes.
+
+    Results come back in ``cells`` order whatever the order they finish in.
+    """
+    Path(results_dir).mkdir(parents=True, exist_ok=True)
+    if rerun:  # a rerun re-earns everything, the shared engine baselines included
+        shutil.rmtree(baselines_dir(results_dir), ignore_errors=True)
+    started, stacks = time.monotonic(), stacks or default_provisioner()
+
+    def one(i: int, cell: Cell) -> dict[str, Any]:
+        path = result_path(results_dir, cell)
+        prefix = f"[{i}/{len(cells)}] {cell.id}"
+        if not rerun and is_done(path):
+            doc = json.loads(path.read_text())
+            before = doc["summary"]
+            apply_expectations(doc, cell)  # matrix.yaml's expectations as they are now
+            if doc["summary"] == before:
+                say(f"{prefix}: already done, kept")
+            else:
+                results.write(path, doc)
+                say(f"{prefix}: already done, kept (expectations now make it {_summary(doc)})")
+            return doc
+        say(f"{prefix} ({time.monotonic() - started:.0f}s elapsed): running on tier {cell.tier.name} "
+            f"({cell.tier.profile})")
+        doc = run_cell(cell, results_dir, stacks)
+        say(f"{prefix}: {_summary(doc)} ({doc['cell']['wall_s']:.0f}s)")
+        return doc
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, range(1, len(cells) + 1), cells))

@@ -1,0 +1,113 @@
+"""The kvconform pytest plugin (entry point ``pytest11``).
+
+It loads in every pytest session of an environment where kvconform is installed, so it stays
+inert unless asked: options are only added, Hypothesis profiles are only loaded and the store
+is only resolved when ``--kv-store``/``KVCONFORM_STORE`` or ``--kv-profile`` is given, or when
+a kvconform clause is collected.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conformance.plugin import options
+from conformance.plugin.options import LEVELS, LEVELS_OPTION, State, session_state
+
+# The fixtures the levels' clauses use, and how a test's outcome becomes a verdict.
+pytest_plugins = ("conformance.plugin.fixtures", "conformance.plugin.verdicts")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from conformance.verdict.clauses import CLAUSE_MARK
+
+    config.addinivalue_line("markers", f"{CLAUSE_MARK}(id): the kvconform clause this test checks")
+    state = State(config)
+    config.stash[options.STATE] = state
+    from conformance.plugin.verdicts import Recorder
+
+    config.pluginmanager.register(Recorder(config), "kvconform-recorder")
+    if state.active:
+        _activate(state)
+
+
+def _activate(state: State) -> None:
+    from hypothesis import settings
+
+    from conformance.contract.strategies import restrict_kv_cache_dtypes
+    from conformance.stores import loader
+    from conformance.verdict import profiles
+
+    profiles.register_profiles()
+    settings.load_profile(state.profile)
+    state.active = True
+    if state.kv_cache_dtypes:
+        try:
+            restrict_kv_cache_dtypes(state.kv_cache_dtypes)
+        except ValueError as exc:
+            raise pytest.UsageError(f"kvconform: {options.DTYPES}: {exc}") from None
+    if state.store_spec and state.choice is None:
+        try:
+            state.choice = loader.resolve(state.store_spec)
+        except loader.StoreLoadError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from conformance.verdict.clauses import clause_of
+
+    state = session_state(config)
+    levels = {id(item): c.level for item in items if (c := clause_of(item)) is not None}
+    if not levels:
+        return
+    chosen = {"store": bool(state.store_spec), "engine": bool(state.connector_spec),
+              "connector": bool(state.connector_spec)}
+    if not any(chosen.values()):
+        raise pytest.UsageError(
+            "kvconform: no store chosen: pass --kv-store module:factory (or a registered name "
+            "such as 'memory'), or set KVCONFORM_STORE; for the connector-API and engine levels pass --kv-connector")
+    wanted = config.getoption("kv_levels")
+    if wanted:
+        names = [name.strip() for name in wanted.split(",") if name.strip()]
+        unknown = [name for name in names if name not in LEVELS]
+        if unknown:
+            raise pytest.UsageError(f"kvconform: {LEVELS_OPTION}: unknown level {unknown[0]!r}; valid: {', '.join(LEVELS)}")
+        chosen = {level: ok and level in names for level, ok in chosen.items()}
+    # A level whose implementation was not chosen is not collected (like -k), not failed.
+    keep = [item for item in items if chosen.get(levels.get(id(item), ""), True)]
+    dropped = [item for item in items if item not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+    _activate(state)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    state = session_state(config)
+    if not state.active:
+        return None
+    from conformance import __version__
+    from conformance.verdict.profiles import describe
+    from conformance.verdict.results import package_versions
+
+    lines = [f"kvconform {__version__}: Hypothesis profile {describe(state.profile)}"]
+    if state.choice is not None:
+        lines.append(f"kvconform store: {state.choice.spec} -> {state.choice.target} "
+                     f"[{state.choice.distribution_version}]")
+    if state.connector_spec:
+        opt = config.getoption
+        lines.append(f"kvconform connector: {state.connector_spec} role={opt(options.ROLE)} "
+                     f"kv_cache_dtype={opt(options.CACHE_DTYPE)} model={opt(options.MODEL)} "
+                     f"block_size={opt(options.BLOCK_SIZE)} engine python={opt(options.ENGINE_PYTHON) or 'this'}")
+    if state.kv_cache_dtypes:
+        lines.append(f"kvconform kv_cache_dtypes: {', '.join(state.kv_cache_dtypes)}")
+    lines.append("kvconform versions: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
+    env = {k: v for k, v in os.environ.items() if k.startswith("KVCONFORM_")}
+    if env:  # printed so that a typo in a variable name is visible
+        lines.append("kvconform env: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))
+    return lines

@@ -1,0 +1,122 @@
+"""The kvconform plugin's fixtures: the store, the connector-API harness and the engine cell
+under test, built from the options ``conformance.plugin`` adds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from conformance.plugin import options
+from conformance.plugin.options import ENGINE_TIMINGS, ENGINE_VERSIONS, session_state
+
+
+@pytest.fixture(scope="session")
+def kv_store_factory(request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Any]]:
+    """Builds fresh, guarded stores of the chosen kind, each in its own directory; closes them all."""
+    from conformance.contract.store import StoreNotRunnable
+    from conformance.stores import loader
+    from conformance.verdict.guard import GuardedStore
+    from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+
+    state = session_state(request.config)
+    timeout = request.config.getoption(options.TIMEOUT)
+    built: list[GuardedStore] = []
+
+    def make() -> GuardedStore:
+        workdir = tmp_path_factory.mktemp("kvstore")  # per xdist worker: no shared paths
+        try:
+            store = loader.build(state.choice, workdir)
+        except loader.StoreLoadError as exc:
+            pytest.exit(str(exc), returncode=4)
+        except StoreNotRunnable as exc:  # every clause that needs the store: Not runnable
+            pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+        guarded = GuardedStore(store, name=state.choice.target, timeout_s=timeout)
+        built.append(guarded)
+        return guarded
+
+    yield make
+    for store in built:
+        store.close()
+
+
+@pytest.fixture(scope="session")
+def kv_store(kv_store_factory: Callable[[], Any]) -> Any:
+    """The store under test, shared by the session's examples (keys are unique per example)."""
+    return kv_store_factory()
+
+
+@pytest.fixture(scope="session")
+def kv_capabilities(kv_store: Any) -> frozenset[str]:
+    return frozenset(kv_store.capabilities)
+
+
+@pytest.fixture(scope="session")
+def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The engine-tier cell for the chosen connector, model and kv_cache_dtype (engines start lazily)."""
+    import sys
+
+    from conformance.levels.engine.baselines import BaselineStore
+    from conformance.levels.engine.cell import EngineCell
+
+    opt = request.config.getoption
+    connector = _connector_choice(request.config)
+    python = opt(options.ENGINE_PYTHON) or sys.executable
+    shared = opt(options.ENGINE_BASELINES)
+    cell = EngineCell(connector=connector, model=_model_dir(opt(options.MODEL), python),
+                      kv_cache_dtype=opt(options.CACHE_DTYPE), block_size=opt(options.BLOCK_SIZE),
+                      workdir=tmp_path_factory.mktemp("engine"), timeout_s=opt(options.ENGINE_TIMEOUT),
+                      python=python, baselines=BaselineStore(Path(shared)) if shared else None)
+    yield cell
+    cell.close()
+    request.config.stash[ENGINE_TIMINGS] = cell.timings()
+    request.config.stash[ENGINE_VERSIONS] = cell.versions()
+
+
+@pytest.fixture(scope="session")
+def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The connector-API tier's harness for the chosen connector and model (Not runnable when no
+    shim covers the installed vLLM)."""
+    from conformance.levels.connector.eras import EraUnavailable
+    from conformance.levels.connector.session import open_harness
+    from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+
+    opt = request.config.getoption
+    connector = _connector_choice(request.config)
+    try:
+        harness, close = open_harness(connector, opt(options.MODEL), tmp_path_factory.mktemp("connector-api"),
+                                      timeout_s=opt(options.TIMEOUT))
+    except EraUnavailable as exc:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+    except ValueError as exc:
+        pytest.exit(f"kvconform: {exc}", returncode=4)
+    yield harness
+    close()
+
+
+def _connector_choice(config: pytest.Config) -> Any:
+    """The connector under test as the options give it; a malformed choice ends the run (exit 4)."""
+    from conformance.levels.subject import ConnectorChoice
+
+    opt = config.getoption
+    try:
+        return ConnectorChoice.parse(session_state(config).connector_spec or "", opt(options.EXTRA_CONFIG),
+                                     opt(options.ROLE))
+    except ValueError as exc:
+        pytest.exit(f"kvconform: {exc}", returncode=4)
+
+
+def _model_dir(model: str, python: str) -> Path:
+    """A model directory: a path as given, or a profile generated (once) with the engine's Python."""
+    import subprocess
+
+    if Path(model).is_dir():
+        return Path(model)
+    code = "import sys; from conformance.levels.engine.models import materialise; print(materialise(sys.argv[1]))"
+    proc = subprocess.run([python, "-c", code, model], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.exit(f"kvconform: {options.MODEL} {model!r}: {proc.stderr.strip().splitlines()[-1] if proc.stderr else 'failed'}",
+                    returncode=4)
+    return Path(proc.stdout.strip().splitlines()[-1])

@@ -1,0 +1,95 @@
+"""The plugin's command-line options and the per-session state read from them.
+
+A leaf module: the plugin's other modules import it, it imports none of them. Every option is
+prefixed ``--kv-``: the plugin loads in every pytest session of an environment where kvconform is
+installed, and an unprefixed option would collide with a project's own conftest.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+STORE = "--kv-store"
+PROFILE = "--kv-profile"
+TIMEOUT = "--kv-timeout"
+RESULTS = "--kv-results"
+DTYPES = "--kv-cache-dtypes"
+CONNECTOR = "--kv-connector"
+EXTRA_CONFIG = "--kv-connector-extra-config"
+ROLE = "--kv-role"
+CACHE_DTYPE = "--kv-cache-dtype"
+MODEL = "--kv-model"
+BLOCK_SIZE = "--kv-block-size"
+ENGINE_PYTHON = "--kv-engine-python"
+ENGINE_TIMEOUT = "--kv-engine-timeout"
+ENGINE_BASELINES = "--kv-engine-baselines"
+LEVELS_OPTION = "--kv-levels"
+LEVELS = ("store", "connector", "engine")
+PROFILES = ("dev", "ci", "deep", "certify")
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvconform", "kvconform: KV-cache connector conformance")
+    group.addoption(STORE, default=None, metavar="STORE",
+                    help="store under test: 'module:factory' or a name registered in the "
+                         "'kvconform.stores' entry-point group (default: $KVCONFORM_STORE)")
+    group.addoption(PROFILE, default=None, choices=list(PROFILES),
+                    help="Hypothesis profile (default: ci when $CI is set, else dev)")
+    group.addoption(TIMEOUT, type=float, default=60.0, metavar="SECONDS",
+                    help="a store call that takes longer is an Error (default: 60)")
+    group.addoption(DTYPES, default=None, metavar="LIST",
+                    help="comma-separated kv_cache_dtype strings to draw specs from, e.g. "
+                         "'fp8,fp8_e4m3,fp8_e5m2' (default: every string vLLM knows)")
+    group.addoption(LEVELS_OPTION, "--kv-tiers", dest="kv_levels", default=None, metavar="LIST",
+                    help="comma-separated levels to run among store, connector (the connector-API level) and "
+                         "engine (default: every level whose implementation is chosen; --kv-tiers is its "
+                         "deprecated spelling)")
+    group.addoption(RESULTS, default=None, metavar="PATH",
+                    help="write the results JSON (schema kvconform.results/1) to PATH")
+    engine = parser.getgroup("kvconform-engine", "kvconform: the connector-API and engine levels")
+    engine.addoption(CONNECTOR, default=None, metavar="CONNECTOR",
+                     help="connector under test, as vLLM chooses it: a registry name (ExampleConnector, "
+                          "LMCacheMPConnector) or 'package.module:ClassName' (default: $KVCONFORM_CONNECTOR)")
+    engine.addoption(EXTRA_CONFIG, default=None, metavar="JSON", help="kv_connector_extra_config as JSON")
+    engine.addoption(ROLE, default="kv_both", choices=["kv_both", "kv_producer", "kv_consumer"])
+    engine.addoption(CACHE_DTYPE, default="auto", metavar="DTYPE", help="the engines' kv_cache_dtype")
+    engine.addoption(MODEL, default="qwen3-tiny", metavar="NAME|PATH",
+                     help="a model shipped with kvconform (conformance/data/models, generated locally) "
+                          "or a model directory")
+    engine.addoption(BLOCK_SIZE, type=int, default=32, help="block size (a multiple of 32 on CPU)")
+    engine.addoption(ENGINE_PYTHON, default=os.environ.get("KVCONFORM_ENGINE_PYTHON"), metavar="PYTHON",
+                     help="the Python with vLLM installed that runs engines (default: "
+                          "$KVCONFORM_ENGINE_PYTHON, else this one)")
+    engine.addoption(ENGINE_TIMEOUT, type=float, default=420.0, metavar="SECONDS",
+                     help="an engine that takes longer is killed and its scenarios are Error")
+    engine.addoption(ENGINE_BASELINES, default=None, metavar="DIR",
+                     help="share no-connector baseline runs through DIR across cells (a matrix run passes "
+                          "its results' baselines/); default: every cell starts its own")
+
+
+class State:
+    """What this session is asked to check, read once from the options and environment."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.store_spec: str | None = config.getoption(STORE) or os.environ.get("KVCONFORM_STORE")
+        explicit_profile = config.getoption(PROFILE)
+        self.connector_spec: str | None = config.getoption(CONNECTOR) or os.environ.get("KVCONFORM_CONNECTOR")
+        dtypes = config.getoption(DTYPES)
+        self.kv_cache_dtypes: list[str] | None = [d.strip() for d in dtypes.split(",")] if dtypes else None
+        self.active = bool(self.store_spec or explicit_profile or self.connector_spec or dtypes)
+        self.profile: str = explicit_profile or ("ci" if os.environ.get("CI") else "dev")
+        self.choice: Any = None  # the resolved store (conformance.stores.loader.StoreChoice)
+
+
+STATE = pytest.StashKey[State]()
+# What the engine cell saw, for the results file.
+ENGINE_TIMINGS = pytest.StashKey[dict]()
+ENGINE_VERSIONS = pytest.StashKey[dict]()
+
+
+def session_state(config: pytest.Config) -> State:
+    """This session's plugin state."""
+    return config.stash[STATE]

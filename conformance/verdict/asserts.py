@@ -1,0 +1,78 @@
+"""Checks whose failure messages name the clause and say what differs.
+
+One grammar, after array-api-tests: ``[clause] what=actual, but should be expected [context]``.
+Byte comparisons point at the first differing element by its logical index and show both bit
+patterns, because "tensors differ" is useless to the person who has to fix the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from conformance.contract.spec import KVSpec
+from conformance.contract.store import KVEntry, logical_bytes
+
+
+class ClauseViolation(AssertionError):
+    """A store broke a clause: a conformance *Fail*, as opposed to a harness *Error*."""
+
+    def __init__(self, clause: str, detail: str) -> None:
+        super().__init__(f"[{clause}] {detail}")
+        self.clause = clause
+        self.detail = detail
+
+
+def assert_equal(what: str, actual: Any, expected: Any, *, clause: str, context: str = "") -> None:
+    """``assert actual == expected`` with a message naming ``clause`` and ``what``."""
+    __tracebackhide__ = True
+    if actual != expected:
+        suffix = f" [{context}]" if context else ""
+        raise ClauseViolation(clause, f"{what}={actual!r}, but should be {expected!r}{suffix}")
+
+
+def assert_hit(got: KVEntry | None, *, clause: str, key: str, spec: KVSpec) -> KVEntry:
+    """The store returned an entry for (key, spec) that it was given."""
+    __tracebackhide__ = True
+    if got is None:
+        raise ClauseViolation(clause, f"get({key!r}, {spec.describe()}) returned None right after put")
+    if not isinstance(got, KVEntry):
+        raise ClauseViolation(clause, f"get returned {type(got).__name__}, but should return KVEntry or None")
+    return got
+
+
+def assert_same_bytes(actual: torch.Tensor, expected: torch.Tensor, *, clause: str, context: str) -> None:
+    """``logical_bytes(actual) == logical_bytes(expected)``, pointing at the first difference.
+
+    Shape and dtype are compared only through bytes here: a clause about those uses its own check.
+    """
+    __tracebackhide__ = True
+    got, want = logical_bytes(actual), logical_bytes(expected)
+    if got == want:
+        return
+    if len(got) != len(want):
+        raise ClauseViolation(clause, f"content is {len(got)} bytes, but should be {len(want)} bytes [{context}]")
+    itemsize = expected.element_size()
+    a = np.frombuffer(got, dtype=np.uint8).reshape(-1, itemsize)
+    b = np.frombuffer(want, dtype=np.uint8).reshape(-1, itemsize)
+    differs = np.flatnonzero((a != b).any(axis=1))
+    first = int(differs[0])
+    index = tuple(int(i) for i in np.unravel_index(first, tuple(expected.shape)))
+    raise ClauseViolation(clause, (
+        f"element {index} is 0x{_hex(a[first])}, but should be 0x{_hex(b[first])} "
+        f"({len(differs)} of {len(a)} elements differ) [{context}]"))
+
+
+def _hex(element_bytes: np.ndarray) -> str:
+    return bytes(element_bytes[::-1]).hex()  # little-endian storage, read as a number
+
+
+def float_bits(value: Any) -> str:
+    """A scalar as the exact bits of a Python float (``float.hex``), for ==-free comparison.
+
+    A non-float (a numpy/torch scalar a store handed back) shows its type, so it never
+    compares equal to the float that was put.
+    """
+    return value.hex() if type(value) is float else f"{type(value).__name__}({value!r})"

@@ -1,0 +1,176 @@
+"""The clauses: each a named promise a KV store makes, and the test that checks it.
+
+Clauses are data. Tests are tagged with ``@clause("id")``; reports, the README, the
+certification golden list and the known-bad-store expectations all name clauses by these ids,
+and ``tests/test_clauses.py`` checks that every id here has a test and every test an id.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+if TYPE_CHECKING:
+    import pytest
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Clause:
+    id: str
+    level: str  # store, connector or engine
+    promise: str
+    requires: frozenset[str] = frozenset()  # capabilities the store must claim
+    lossless: bool = False  # Disabled for stores that declare themselves lossy
+
+    def __str__(self) -> str:
+        return self.id
+
+
+_STORE = "store"
+_ENGINE = "engine"
+_CONNECTOR = "connector"
+CLAUSES: dict[str, Clause] = {c.id: c for c in (
+    Clause("byte_exact_roundtrip", _STORE,
+           "get returns, byte for byte, the logical content that put was given (NaN payloads, "
+           "-0, subnormals included)", lossless=True),
+    Clause("dtype_preserved", _STORE,
+           "get returns the spec's storage dtype and element format: no hidden cast through "
+           "fp16/fp32, fp8 stays its own format"),
+    Clause("shape_preserved", _STORE, "get returns the spec's logical layer shape"),
+    Clause("stride_contract", _STORE,
+           "a non-contiguous put (HND view, slice of a pool, padded rows, storage offset, one "
+           "layer of a cross-layer buffer) stores its logical content, and what comes back "
+           "reads that content through its own strides", lossless=True),
+    Clause("metadata_roundtrip", _STORE,
+           "get returns the spec the entry was stored under (format tag, layout, geometry)"),
+    Clause("scales_roundtrip", _STORE,
+           "get returns the k_scale/v_scale the entry was stored with",
+           requires=frozenset({"scales"})),
+    Clause("format_isolation", _STORE,
+           "two specs that differ only in format (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16, ...) "
+           "never serve each other's bytes under the same key"),
+    Clause("mismatch_rejection", _STORE,
+           "an entry whose tensor contradicts its spec (dtype, shape) is refused with an error, "
+           "never silently cast or stored"),
+    Clause("corruption_detected", _STORE,
+           "truncated or corrupted bytes at rest give a clear error (or a miss), never garbage",
+           requires=frozenset({"at_rest"})),
+    Clause("state_machine", _STORE,
+           "any sequence of put/get/contains/overwrite (and delete, when claimed) agrees with a "
+           "dict model"),
+    Clause("api_requirements", _CONNECTOR,
+           "every vLLM name the connector's module imports, overrides or calls exists in the installed "
+           "vLLM (read with ast before anything is built); a missing one is named with the release it "
+           "was last seen in"),
+    Clause("api_save_load_roundtrip", _CONNECTOR,
+           "driven through vLLM's own hooks, a fresh connector pair loads into other blocks of a fresh "
+           "cache, byte for byte, every layer of every token it claims, as the first pair saved it: in "
+           "every KV cache layout the installed vLLM allocates and every kv_cache_dtype (NaN payloads, "
+           "-0, subnormals, fp8 specials); and it loads something"),
+    Clause("api_no_collateral_writes", _CONNECTOR,
+           "saving leaves the paged cache untouched, and loading writes only into the blocks of the "
+           "request it loads: a neighbour request's blocks and free blocks keep their bytes"),
+    Clause("api_partial_prefix", _CONNECTOR,
+           "a request sharing only the first k tokens of a stored prompt loads at most k tokens, and "
+           "exactly their bytes"),
+    Clause("api_concurrent_loads", _CONNECTOR,
+           "requests the scheduler admits in one step, saved together and loaded together, each "
+           "load exactly their own bytes: none is skipped, and none is handed a batch-mate's KV"),
+    Clause("api_damaged_storage", _CONNECTOR,
+           "with what a store run left corrupted (a flipped byte) or lost before the load run, the "
+           "connector loads nothing, or reports the damaged blocks as failed loads "
+           "(get_block_ids_with_load_errors, so vLLM recomputes or fails the request per "
+           "kv_load_failure_policy): never other bytes, never an exception that kills the worker"),
+    Clause("api_format_isolation", _CONNECTOR,
+           "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
+           "same storage loads nothing or reports the load failed: never the other format's bytes"),
+    Clause("engine_store_then_load", _ENGINE,
+           "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
+           "logprobs bit-identical to a no-connector baseline (a concurrent batch: within the measured "
+           "batch-composition tolerance), and really loaded external KV "
+           "(vLLM's external prefix-cache hits > 0)"),
+    Clause("engine_effective_dtype", _ENGINE,
+           "the engines run the requested kv_cache_dtype: vLLM's resolved cache dtype and the KV "
+           "tensors it allocated match the KVSpec (no silent fallback to auto)"),
+    Clause("engine_format_isolation", _ENGINE,
+           "an engine of another kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the same "
+           "storage misses or refuses cleanly: never served the other format's bytes, never crashes"),
+    Clause("engine_block_boundaries", _ENGINE,
+           "prompts one short of, at, and one past block multiples, and a prompt extending a "
+           "stored prefix, load bit-identically"),
+    Clause("engine_concurrent_requests", _ENGINE,
+           "concurrent requests with shared and distinct prefixes load correctly: the same tokens, "
+           "logprobs within the measured batch-composition tolerance (vLLM is not batch-invariant)"),
+    Clause("engine_lost_storage", _ENGINE,
+           "with the storage lost or truncated between store and load, the engine (vLLM's default "
+           "kv_load_failure_policy) never returns wrong tokens: each request matches the baseline or "
+           "is failed with finish_reason 'error'"),
+    Clause("engine_load_failure_recompute", _ENGINE,
+           "with the storage lost or truncated and kv_load_failure_policy=recompute, the engine "
+           "survives and serves every request as the baseline does: the connector missed, or reported "
+           "the blocks it could not load so vLLM recomputed them; an engine the connector kills fails"),
+)}
+assert CLAUSES, "no clauses defined"  # sanity check
+
+CLAUSE_MARK = "kv_clause"
+
+# Hypothesis examples run per test node id; read by the plugin for results and benchmarks.
+EXAMPLES: Counter[str] = Counter()
+_current_nodeid: list[str] = [""]
+
+
+def clause(clause_id: str) -> Callable[[F], F]:
+    """Tag a test with the clause it checks, and count the examples Hypothesis runs for it.
+
+    Apply it above ``@given``.
+    """
+    if clause_id not in CLAUSES:
+        raise ValueError(f"clause {clause_id!r} is unknown; valid: {', '.join(CLAUSES)}")
+
+    def decorate(test: F) -> F:
+        import pytest  # here, so that matrix.yaml tooling can read the clauses without pytest
+
+        return getattr(pytest.mark, CLAUSE_MARK)(clause_id)(count_examples(test))
+
+    return decorate
+
+
+def count_examples(test: F) -> F:
+    """Count each example a ``@given`` function runs, for the clause test running it.
+
+    ``clause`` applies it; apply it by hand to a ``@given`` helper that a clause test calls.
+    """
+    handle = getattr(test, "hypothesis", None)
+    if handle is not None:
+        inner = handle.inner_test
+
+        @functools.wraps(inner)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            EXAMPLES[_current_nodeid[0]] += 1
+            return inner(*args, **kwargs)
+
+        handle.inner_test = counted
+    return test
+
+
+def set_current_test(nodeid: str) -> None:
+    _current_nodeid[0] = nodeid
+
+
+def clause_of(item: pytest.Item) -> Clause | None:
+    mark = item.get_closest_marker(CLAUSE_MARK)
+    return CLAUSES[mark.args[0]] if mark else None
+
+
+def disabled_reason(c: Clause, capabilities: frozenset[str], store_name: str) -> str | None:
+    """Why ``c`` does not apply to a store with ``capabilities``, or None when it does."""
+    missing = sorted(c.requires - capabilities)
+    if missing:
+        return f"Disabled: {c.id} needs capability {', '.join(missing)}, which {store_name} does not claim"
+    if c.lossless and "lossy" in capabilities:
+        return f"Disabled: {c.id} is a lossless clause and {store_name} declares itself lossy"
+    return None

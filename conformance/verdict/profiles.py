@@ -1,0 +1,54 @@
+"""Hypothesis profiles: how hard the suite looks, named for who is looking.
+
+* ``dev``: quick, random, with the example database, for a connector developer's loop.
+* ``ci``: derandomized (the same examples every run), no deadline, failures print a blob.
+* ``deep``: many random examples, for a nightly job or before a release.
+* ``certify``: derandomized and larger than ci; the settings are recorded in the results so a
+  certification run can be reproduced exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, settings
+
+_COMMON: dict[str, Any] = {
+    "deadline": None,  # a store's first call may open files or sockets: timing is not a clause
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
+PROFILES: dict[str, dict[str, Any]] = {
+    "dev": {"max_examples": 20, "stateful_step_count": 20},
+    "ci": {"max_examples": 40, "derandomize": True, "print_blob": True, "database": None,
+           "stateful_step_count": 30},
+    "deep": {"max_examples": 600, "stateful_step_count": 60},
+    "certify": {"max_examples": 120, "derandomize": True, "print_blob": True, "database": None,
+                "stateful_step_count": 40},
+}
+
+
+# Profiles whose runs must end soon even when they fail: the connector-API tier's examples are
+# two engine lifetimes each (~0.1 s), and shrinking a failure there can take minutes. The first
+# failing example is reported as found, with its seed; `dev` and `deep` still shrink.
+NO_SHRINK = ("ci",)
+_NO_SHRINK_PHASES = (Phase.explicit, Phase.reuse, Phase.generate)
+
+
+def costly_example_settings(profile: str | None = None) -> settings:
+    """Settings for tests whose examples are costly: the profile's, minus shrinking under ``NO_SHRINK``."""
+    register_profiles()  # idempotent; collection may import a level before the plugin loaded a profile
+    if profile is None:  # the profile the plugin loaded; Hypothesis' own default counts as dev
+        current = settings.get_current_profile_name()
+        profile = current if current in PROFILES else "dev"
+    base = settings.get_profile(profile)
+    return settings(base, phases=_NO_SHRINK_PHASES) if profile in NO_SHRINK else base
+
+
+def register_profiles() -> None:
+    for name, values in PROFILES.items():
+        settings.register_profile(name, **_COMMON, **values)
+
+
+def describe(name: str) -> str:
+    values = PROFILES[name]
+    return f"{name} (" + ", ".join(f"{k}={v}" for k, v in values.items()) + ")"

@@ -1,0 +1,57 @@
+"""The known-bad zoo: stores that each carry one real bug, and the clauses that must catch it.
+
+A clause earns its place by failing a store that is really broken. ``tests/test_zoo.py`` runs
+the whole suite against every member and asserts that every clause in ``fails`` fails, nothing
+outside ``fails`` and ``may_fail`` fails, and every failure message names its clause.
+``may_fail`` lists the clauses that catch the same bug only when the examples happen to exercise
+it (a state machine whose runs stay on one-byte formats never sees a 16-bit truncation): like
+wpt's known-intermittent expectations, they may pass or fail, never turn the run red. ``hanging`` is not a conformance bug but
+a harness fault: it must end as Error, never hang the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ZooMember:
+    target: str
+    bug: str
+    fails: frozenset[str]
+    may_fail: frozenset[str] = frozenset()
+
+
+ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m in (
+    ZooMember("conformance.zoo.naive_fp16:make_store",
+              "the original report's cache layer: 'KV is fp16' (casts on put, records fp16, "
+              "parses fp16 and casts on get, drops scales, keys by token hash only)",
+              frozenset({"byte_exact_roundtrip", "dtype_preserved", "stride_contract",
+                         "metadata_roundtrip", "scales_roundtrip", "format_isolation",
+                         "mismatch_rejection"}),
+              frozenset({"state_machine"})),
+    ZooMember("conformance.zoo.wrong_stride_view:make_store",
+              "saves the tensor's memory span and views it back with the logical shape: "
+              "'shape matches but stride differs'",
+              frozenset({"stride_contract"})),
+    ZooMember("conformance.zoo.scale_dropping:make_store",
+              "claims scales but writes k_scale/v_scale as 1.0",
+              frozenset({"scales_roundtrip"}), frozenset({"state_machine"})),
+    ZooMember("conformance.zoo.format_blind_key:make_store",
+              "addresses entries by key only, as a cache keyed on the torch dtype 'uint8' does: "
+              "fp8_e4m3 and fp8_e5m2 serve each other's bytes",
+              frozenset({"format_isolation"})),
+    ZooMember("conformance.zoo.truncating:make_store",
+              "writes numel bytes instead of nbytes and zero-fills on read",
+              frozenset({"byte_exact_roundtrip", "stride_contract"}),
+              frozenset({"format_isolation", "state_machine"})),
+    ZooMember("conformance.zoo.unchecked:make_store",
+              "trusts its bytes at rest: no length or checksum check, zero-fills short payloads",
+              frozenset({"corruption_detected"})),
+    ZooMember("conformance.zoo.flattening:make_store",
+              "returns pages flattened to [rows, last_dim]",
+              frozenset({"shape_preserved"})),
+    ZooMember("conformance.zoo.resurrecting_delete:make_store",
+              "delete drops the index entry but get still serves the bytes",
+              frozenset({"state_machine"})),
+)}

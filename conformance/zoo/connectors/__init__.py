@@ -1,0 +1,10 @@
+"""Known-bad vLLM connectors for the connector-API and engine tiers: each must be flagged by the
+clauses it breaks (tests/test_connector_api_tier.py, tests/test_engine_tier.py).
+
+They subclass vLLM's own ExampleConnector and change one thing, so they load wherever it does
+(vLLM >= 0.22 on CPU). Selected by module path, as any external connector is:
+``--kv-connector conformance.zoo.connectors.noop:NoopConnector``.
+
+``stale_layout_api`` and ``layout_aware`` are for ``kvconform api-requirements`` instead: read,
+never run, one written for vLLM 0.19's layout helpers and one for 0.29+'s ``KVCacheLayout``.
+"""
