@@ -6,7 +6,7 @@ abstractness and parameter names, enum members, config fields, the factory's reg
 dtype map, the cache dtype literal, whether each layout helper resolves where it was found.
 Source text (annotations, defaults, return expressions) and the exports index stay static:
 import cannot tell them. If the static reader misreads anything the runtime knows, the two
-fingerprints differ, and ``tests/test_api_surface.py`` says where.
+fingerprints differ, and ``tests/api_surface/test_api_surface.py`` says where.
 """
 
 from __future__ import annotations

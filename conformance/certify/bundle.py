@@ -22,6 +22,7 @@ from conformance.matrix.runner import suite_command
 from conformance.report import render as report
 from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES
+from conformance.verdict.results import ResultsDocument
 
 MANIFEST = "MANIFEST.json"
 CERTIFY_PROFILE = "certify"  # the Hypothesis profile: derandomized, recorded
@@ -162,9 +163,9 @@ def _write_bundle(out: Path, product_path: Path, product: dict[str, Any], golden
     (out / "environment.json").write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
     command = shlex.join(["kvconform", *argv[1:]]) if argv else "kvconform certify"
     (out / "command.txt").write_text(command + "\n")
-    docs = [json.loads((out / results_name(n)).read_text()) for n in product["profiles"]
+    docs: list[ResultsDocument] = [json.loads((out / results_name(n)).read_text()) for n in product["profiles"]
             if (out / results_name(n)).exists()]
-    cells = [{**d, "cell": {"id": f"{product['name']} [{n}]", "store": product["name"], "target": product["connector"],
+    cells: list[Any] = [{**d, "cell": {"id": f"{product['name']} [{n}]", "store": product["name"], "target": product["connector"],
                             "tier": f"certify:{n}", "command": c.strip(), "wall_s": None}}
              for d, n, c in zip(docs, product["profiles"], per_profile)]
     (out / "report.md").write_text(report.markdown(report.matrix_document(cells)))

@@ -14,7 +14,6 @@ from typing import Any, Mapping
 
 import yaml
 
-from conformance import __version__
 from conformance.contract.spec import KV_CACHE_DTYPES
 from conformance.verdict.clauses import CLAUSES
 
@@ -103,5 +102,3 @@ def load_product(path: Path, golden: Golden) -> dict[str, Any]:
     return data
 
 
-def version_matches(golden: Golden) -> bool:
-    return golden.suite_version == __version__

@@ -7,7 +7,7 @@ tell them apart, so the contract names the element format explicitly.
 
 Special bit patterns (±0, ±inf, NaN payloads, subnormal and normal extremes) are derived
 from each format's exponent and mantissa widths rather than listed by hand, and
-``tests/test_formats.py`` checks them against torch's own float8/float16/bfloat16 decoding.
+``tests/contract/test_formats.py`` checks them against torch's own float8/float16/bfloat16 decoding.
 """
 
 from __future__ import annotations
@@ -59,13 +59,6 @@ FP32 = ElementFormat("fp32", 32, torch.float32, 8, 23, NanEncoding.IEEE)
 INT8 = ElementFormat("int8", 8, torch.int8)
 
 FORMATS: dict[str, ElementFormat] = {f.name: f for f in (E4M3FN, E5M2, FP16, BF16, FP32, INT8)}
-
-
-def format_named(name: str) -> ElementFormat:
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise ValueError(f"element format {name!r} is unknown; valid: {', '.join(FORMATS)}") from None
 
 
 def special_bit_patterns(fmt: ElementFormat) -> dict[str, int]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import torch
 
@@ -105,8 +105,10 @@ class KVEntry:
                 f"k_scale={self.k_scale!r}, v_scale={self.v_scale!r})")
 
 
-@runtime_checkable
 class KVStore(Protocol):
+    """The store protocol (the README's five methods; ``delete`` only with the capability):
+    the loader checks a factory's store against it."""
+
     capabilities: frozenset[str]
 
     def put(self, key: str, entry: KVEntry) -> None: ...

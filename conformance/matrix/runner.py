@@ -24,6 +24,7 @@ from conformance.matrix.definition import Cell
 from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements
 from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES
+from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry
 from conformance.verdict.status import Status
 
 LOG_TAIL_CHARS = 4000
@@ -60,7 +61,7 @@ def suite_command(args: Sequence[str], profile: str, out: Path, junit: Path,
     return cmd
 
 
-def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -> dict[str, Any]:
+def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -> ResultsDocument:
     """Run one cell (in its stack's Python, provisioned by ``stacks``); always returns and writes its results."""
     out = result_path(results_dir, cell)
     junit = out.with_suffix(".junit.xml")
@@ -93,10 +94,15 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -
 
 
 def _cell_record(cell: Cell, stack: dict[str, Any] | None, command: str | None, wall_s: float,
-                 **extra: Any) -> dict[str, Any]:
+                 ran: bool = True, excluded: str | None = None) -> CellInfo:
     """What a result says of its cell: where it sits in the matrix, what ran it, how long it took."""
-    return {"id": cell.id, "name": cell.name, "level": cell.level, "coordinates": dict(cell.coordinates),
-            "tier": cell.tier.name, "stack": stack, "command": command, "wall_s": round(wall_s, 2), **extra}
+    record: CellInfo = {"id": cell.id, "name": cell.name, "level": cell.level, "coordinates": dict(cell.coordinates),
+                        "tier": cell.tier.name, "stack": stack, "command": command, "wall_s": round(wall_s, 2)}
+    if not ran:
+        record["ran"] = False
+    if excluded is not None:
+        record["excluded"] = excluded
+    return record
 
 
 def _stack_python(cell: Cell, stacks: Provisioner | None) -> tuple[str, dict[str, Any] | None, StackError | None]:
@@ -130,11 +136,11 @@ def _text(data: Any) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
 
 
-def _error_document(cell: Cell, problem: str, output: str) -> dict[str, Any]:
+def _error_document(cell: Cell, problem: str, output: str) -> ResultsDocument:
     return _uniform_document(cell, Status.ERROR, f"{problem}\n--- log tail ---\n{output[-LOG_TAIL_CHARS:]}")
 
 
-def _uniform_document(cell: Cell, status: Status, message: str) -> dict[str, Any]:
+def _uniform_document(cell: Cell, status: Status, message: str) -> ResultsDocument:
     """A result for a cell that ran no test: every clause of its tier gets ``status`` and ``message``."""
     records = [results.TestRecord(nodeid="", clause=c.id, status=status.value, duration_s=0.0, examples=0,
                                   message=message) for c in CLAUSES.values() if c.level == cell.level]
@@ -143,7 +149,7 @@ def _uniform_document(cell: Cell, status: Status, message: str) -> dict[str, Any
                          profile=cell.tier.profile, hypothesis_settings={}, records=records)
 
 
-def apply_expectations(doc: dict[str, Any], cell: Cell) -> None:
+def apply_expectations(doc: ResultsDocument, cell: Cell) -> None:
     """Known failures become XFail; a known failure that passed becomes XPass (a stale expectation).
 
     An intermittent one (may pass, may fail) becomes XFail when it fails and stays Pass otherwise.
@@ -173,7 +179,7 @@ def apply_expectations(doc: dict[str, Any], cell: Cell) -> None:
     doc["summary"] = dict(sorted(Counter(t["status"] for t in doc["tests"]).items()))
 
 
-def _raw_status(test: dict[str, Any]) -> str:
+def _raw_status(test: TestEntry) -> str:
     """The suite's own verdict. A result written before ``raw_status`` existed is read back from
     what an expectation made of it; an XFail the suite itself gave (an xfail file) stays one."""
     if "raw_status" in test:
@@ -185,7 +191,7 @@ def _raw_status(test: dict[str, Any]) -> str:
     return test["status"]
 
 
-def write_excluded(cell: Cell, reason: str, results_dir: Path) -> dict[str, Any]:
+def write_excluded(cell: Cell, reason: str, results_dir: Path) -> ResultsDocument:
     """The result of a cell matrix.yaml excludes: every clause Skip with the reason, so it stays in the report."""
     doc = _uniform_document(cell, Status.SKIP, f"excluded by the matrix: {reason}")
     doc["cell"] = _cell_record(cell, None, None, 0.0, ran=False, excluded=reason)
@@ -194,7 +200,7 @@ def write_excluded(cell: Cell, reason: str, results_dir: Path) -> dict[str, Any]
     return doc
 
 
-def _summary(doc: dict[str, Any]) -> str:
+def _summary(doc: ResultsDocument) -> str:
     return ", ".join(f"{n} {s}" for s, n in doc["summary"].items())
 
 
@@ -210,7 +216,7 @@ def say_line(line: str) -> None:
 
 
 def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stacks: Provisioner | None = None,
-              jobs: int = 1, say: Callable[[str], None] = say_line) -> list[dict[str, Any]]:
+              jobs: int = 1, say: Callable[[str], None] = say_line) -> list[ResultsDocument]:
     """Run ``cells``, ``jobs`` at a time, skipping those already done; report progress as it goes.
 
     Results come back in ``cells`` order whatever the order they finish in.
@@ -220,7 +226,7 @@ def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stac
         shutil.rmtree(baselines_dir(results_dir), ignore_errors=True)
     started, stacks = time.monotonic(), stacks or default_provisioner()
 
-    def one(i: int, cell: Cell) -> dict[str, Any]:
+    def one(i: int, cell: Cell) -> ResultsDocument:
         path = result_path(results_dir, cell)
         prefix = f"[{i}/{len(cells)}] {cell.id}"
         if not rerun and is_done(path):

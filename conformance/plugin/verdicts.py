@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -14,27 +14,32 @@ from conformance.plugin.options import ENGINE_TIMINGS, ENGINE_VERSIONS, session_
 
 
 @pytest.fixture(autouse=True)
-def _kvconform_clause_gate(request: pytest.FixtureRequest) -> None:
-    """A clause the store cannot claim is Disabled (a skip with that reason), never a Fail."""
-    from conformance.verdict.clauses import clause_of, disabled_reason, set_current_test
+def _kvconform_clause_gate(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Marks the clause test as running (its examples are counted, its violations name its clause);
+    a clause the store cannot claim is Disabled (a skip with that reason), never a Fail."""
+    from conformance.verdict.clauses import clause_of, disabled_reason, end_test, start_test
 
     c = clause_of(request.node)
     if c is None:
+        yield
         return
-    set_current_test(request.node.nodeid)  # examples are counted for every level
-    if c.level != "store":
-        return
-    caps = request.getfixturevalue("kv_capabilities")
-    request.node.user_properties.append(("kvconform.capabilities", ",".join(sorted(caps))))
-    reason = disabled_reason(c, caps, session_state(request.config).choice.target)
-    if reason:
-        pytest.skip(reason)
+    token = start_test(request.node.nodeid, c.id)
+    try:
+        if c.level == "store":
+            caps = request.getfixturevalue("kv_capabilities")
+            request.node.user_properties.append(("kvconform.capabilities", ",".join(sorted(caps))))
+            reason = disabled_reason(c, caps, session_state(request.config).choice.target)
+            if reason:
+                pytest.skip(reason)
+        yield
+    finally:
+        end_test(token)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     from conformance.verdict.asserts import ClauseViolation
-    from conformance.verdict.clauses import EXAMPLES, clause_of
+    from conformance.verdict.clauses import clause_of, running
     from conformance.verdict.guard import HarnessError
     from conformance.verdict.status import Status
 
@@ -44,7 +49,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if c is not None and status is not None:
         report.user_properties.append(("kvconform.clause", c.id))
         report.user_properties.append(("kvconform.status", status.value))
-        report.user_properties.append(("kvconform.examples", EXAMPLES.get(item.nodeid, 0)))
+        test = running()
+        if test is not None and test.nodeid == item.nodeid:  # set until the test's fixtures are torn down
+            report.user_properties.append(("kvconform.examples", test.examples))
         kind = HarnessError if status is Status.ERROR else ClauseViolation
         violations = _found(call.excinfo, kind) if report.when == "call" else []
         if violations:

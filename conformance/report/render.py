@@ -13,17 +13,19 @@ from conformance.report.html import render_html
 from conformance.util.versions import version_key
 from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES
+from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry
 from conformance.verdict.status import Status, is_red, worst
 
 LEVEL_TITLES = {"store": "store level", "connector": "connector-API level", "engine": "engine level"}
 
 
-def cell_level(cell: dict[str, Any]) -> str | None:
+def cell_level(cell: CellInfo) -> str | None:
     """A result's cell level (results written before the rename call it ``kind``)."""
-    return cell.get("level", cell.get("kind"))
+    level = cell.get("level", cell.get("kind"))
+    return level if isinstance(level, str) else None
 
 
-def load_results(results_dir: Path, only: set[str] | None = None) -> list[dict[str, Any]]:
+def load_results(results_dir: Path, only: set[str] | None = None) -> list[ResultsDocument]:
     """Every cell result in ``results_dir`` (or only the cells whose file stem is in ``only``)."""
     docs = []
     for path in sorted(Path(results_dir).glob("*.json")):
@@ -38,10 +40,10 @@ def load_results(results_dir: Path, only: set[str] | None = None) -> list[dict[s
     return docs
 
 
-def clause_verdicts(tests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def clause_verdicts(tests: list[TestEntry]) -> dict[str, TestEntry]:
     """One test per clause: its most severe (a parametrized clause has several), which the clause's
     status and message are read from."""
-    verdicts: dict[str, dict[str, Any]] = {}
+    verdicts: dict[str, TestEntry] = {}
     for t in tests:
         seen = verdicts.get(t["clause"])
         if seen is None or Status(t["status"]).severity > Status(seen["status"]).severity:
@@ -49,12 +51,12 @@ def clause_verdicts(tests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return verdicts
 
 
-def clause_statuses(tests: list[dict[str, Any]]) -> dict[str, str]:
+def clause_statuses(tests: list[TestEntry]) -> dict[str, str]:
     """One status per clause: the most severe of its tests."""
     return {clause: t["status"] for clause, t in clause_verdicts(tests).items()}
 
 
-def matrix_document(docs: list[dict[str, Any]]) -> dict[str, Any]:
+def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
     cells = []
     for doc in docs:
         verdicts = clause_verdicts(doc["tests"])

@@ -16,11 +16,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-from conformance.contract.store import CAPABILITIES, StoreNotRunnable
+from conformance.contract.store import CAPABILITIES, KVStore, StoreNotRunnable
 
-ENV_VAR = "KVCONFORM_STORE"
 ENTRY_POINT_GROUP = "kvconform.stores"
-REQUIRED_METHODS = ("put", "get", "contains", "close")
+# The methods of the store protocol, in the order it declares them.
+REQUIRED_METHODS = tuple(name for name, member in vars(KVStore).items() if callable(member) and not name.startswith("_"))
 CAPABILITY_METHODS = {"delete": "delete", "at_rest": "damage"}
 
 
@@ -85,7 +85,7 @@ def _import(module_name: str, spec: str) -> Any:
                              f"{type(exc).__name__}: {exc}") from None
 
 
-def build(choice: StoreChoice, workdir: Path) -> Any:
+def build(choice: StoreChoice, workdir: Path) -> KVStore:
     """Call the factory and check that what it returns implements the protocol."""
     takes_workdir = bool(inspect.signature(choice.factory).parameters)
     try:

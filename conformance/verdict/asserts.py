@@ -14,36 +14,41 @@ import torch
 
 from conformance.contract.spec import KVSpec
 from conformance.contract.store import KVEntry, logical_bytes
+from conformance.verdict.clauses import running_clause
 
 
 class ClauseViolation(AssertionError):
-    """A store broke a clause: a conformance *Fail*, as opposed to a harness *Error*."""
+    """The subject broke a clause: a conformance *Fail*, as opposed to a harness *Error*.
 
-    def __init__(self, clause: str, detail: str) -> None:
+    The clause is the running clause test's (``clause`` names it only outside one).
+    """
+
+    def __init__(self, detail: str, clause: str | None = None) -> None:
+        clause = clause or running_clause()
         super().__init__(f"[{clause}] {detail}")
         self.clause = clause
         self.detail = detail
 
 
-def assert_equal(what: str, actual: Any, expected: Any, *, clause: str, context: str = "") -> None:
+def assert_equal(what: str, actual: Any, expected: Any, *, clause: str | None = None, context: str = "") -> None:
     """``assert actual == expected`` with a message naming ``clause`` and ``what``."""
     __tracebackhide__ = True
     if actual != expected:
         suffix = f" [{context}]" if context else ""
-        raise ClauseViolation(clause, f"{what}={actual!r}, but should be {expected!r}{suffix}")
+        raise ClauseViolation(f"{what}={actual!r}, but should be {expected!r}{suffix}", clause)
 
 
-def assert_hit(got: KVEntry | None, *, clause: str, key: str, spec: KVSpec) -> KVEntry:
+def assert_hit(got: KVEntry | None, *, clause: str | None = None, key: str, spec: KVSpec) -> KVEntry:
     """The store returned an entry for (key, spec) that it was given."""
     __tracebackhide__ = True
     if got is None:
-        raise ClauseViolation(clause, f"get({key!r}, {spec.describe()}) returned None right after put")
+        raise ClauseViolation(f"get({key!r}, {spec.describe()}) returned None right after put", clause)
     if not isinstance(got, KVEntry):
-        raise ClauseViolation(clause, f"get returned {type(got).__name__}, but should return KVEntry or None")
+        raise ClauseViolation(f"get returned {type(got).__name__}, but should return KVEntry or None", clause)
     return got
 
 
-def assert_same_bytes(actual: torch.Tensor, expected: torch.Tensor, *, clause: str, context: str) -> None:
+def assert_same_bytes(actual: torch.Tensor, expected: torch.Tensor, *, clause: str | None = None, context: str) -> None:
     """``logical_bytes(actual) == logical_bytes(expected)``, pointing at the first difference.
 
     Shape and dtype are compared only through bytes here: a clause about those uses its own check.
@@ -53,16 +58,16 @@ def assert_same_bytes(actual: torch.Tensor, expected: torch.Tensor, *, clause: s
     if got == want:
         return
     if len(got) != len(want):
-        raise ClauseViolation(clause, f"content is {len(got)} bytes, but should be {len(want)} bytes [{context}]")
+        raise ClauseViolation(f"content is {len(got)} bytes, but should be {len(want)} bytes [{context}]", clause)
     itemsize = expected.element_size()
     a = np.frombuffer(got, dtype=np.uint8).reshape(-1, itemsize)
     b = np.frombuffer(want, dtype=np.uint8).reshape(-1, itemsize)
     differs = np.flatnonzero((a != b).any(axis=1))
     first = int(differs[0])
     index = tuple(int(i) for i in np.unravel_index(first, tuple(expected.shape)))
-    raise ClauseViolation(clause, (
+    raise ClauseViolation((
         f"element {index} is 0x{_hex(a[first])}, but should be 0x{_hex(b[first])} "
-        f"({len(differs)} of {len(a)} elements differ) [{context}]"))
+        f"({len(differs)} of {len(a)} elements differ) [{context}]"), clause)
 
 
 def _hex(element_bytes: np.ndarray) -> str:

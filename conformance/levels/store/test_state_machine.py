@@ -11,16 +11,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from conformance.contract.store import KVEntry
 from conformance.contract.strategies import bit_patterns, fresh_key, kv_specs, scales
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_bytes, float_bits
-from conformance.verdict.clauses import EXAMPLES, clause
+from conformance.verdict.clauses import clause, count_example
 
 _CLAUSE = "state_machine"
 KEY_POOL = st.sampled_from(["a", "b", "c"])
 
 
 class StoreMachine(RuleBasedStateMachine):
-    def __init__(self, store, nodeid: str) -> None:
+    def __init__(self, store) -> None:
         super().__init__()
-        EXAMPLES[nodeid] += 1
+        count_example()
         self.store = store
         self.prefix = fresh_key()
         self.model: dict[str, KVEntry] = {}
@@ -46,31 +46,30 @@ class StoreMachine(RuleBasedStateMachine):
         want = self.model.get(k)
         if want is None:
             if got is not None:
-                raise ClauseViolation(_CLAUSE, f"get({k!r}) returned an entry, but the model has none "
+                raise ClauseViolation(f"get({k!r}) returned an entry, but the model has none "
                                                "(never put, or deleted)")
             return
         if got is None:
-            raise ClauseViolation(_CLAUSE, f"get({k!r}) returned None, but the model holds an entry")
-        assert_same_bytes(got.tensor, want.tensor, clause=_CLAUSE,
+            raise ClauseViolation(f"get({k!r}) returned None, but the model holds an entry")
+        assert_same_bytes(got.tensor, want.tensor,
                           context=f"get({k!r}) after the model's last put (overwrites replace)")
         if "scales" in self.store.capabilities:
             assert_equal("(k_scale, v_scale)", (float_bits(got.k_scale), float_bits(got.v_scale)),
-                         (float_bits(want.k_scale), float_bits(want.v_scale)), clause=_CLAUSE,
+                         (float_bits(want.k_scale), float_bits(want.v_scale)),
                          context=f"get({k!r})")
 
     @rule(k=KEY_POOL)
     def contains(self, k):
-        assert_equal(f"contains({k!r})", self.store.contains(self._key(k), self.spec), k in self.model,
-                     clause=_CLAUSE)
+        assert_equal(f"contains({k!r})", self.store.contains(self._key(k), self.spec), k in self.model)
 
     @precondition(lambda self: "delete" in self.store.capabilities)
     @rule(k=KEY_POOL)
     def delete(self, k):
         assert_equal(f"delete({k!r})", self.store.delete(self._key(k), self.spec), k in self.model,
-                     clause=_CLAUSE, context="delete returns whether an entry was removed")
+                     context="delete returns whether an entry was removed")
         self.model.pop(k, None)
 
 
 @clause(_CLAUSE)
-def test_state_machine(kv_store, request):
-    run_state_machine_as_test(lambda: StoreMachine(kv_store, request.node.nodeid), settings=settings())
+def test_state_machine(kv_store):
+    run_state_machine_as_test(lambda: StoreMachine(kv_store), settings=settings())

@@ -1,5 +1,5 @@
 """Known-bad vLLM connectors for the connector-API and engine tiers: each must be flagged by the
-clauses it breaks (tests/test_connector_api_tier.py, tests/test_engine_tier.py).
+clauses it breaks (tests/levels/connector/test_connector_level.py, tests/levels/engine/test_engine_level.py).
 
 They subclass vLLM's own ExampleConnector and change one thing, so they load wherever it does
 (vLLM >= 0.22 on CPU). Selected by module path, as any external connector is:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.verdict.clauses import CLAUSES
+
 pytestmark = pytest.mark.engine
 
-API_CLAUSES = {"api_requirements", "api_save_load_roundtrip", "api_no_collateral_writes", "api_partial_prefix",
-               "api_concurrent_loads", "api_damaged_storage", "api_format_isolation"}
+API_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "connector"}
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage"}  # inherited from ExampleConnector
 ZOO = "conformance.zoo.connectors."
 # connector -> the clauses it must fail under the ci profile (every other clause must pass).

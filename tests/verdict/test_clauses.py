@@ -11,7 +11,7 @@ import pytest
 import conformance.levels
 from conformance.verdict.clauses import CLAUSE_MARK, CLAUSES, clause
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 
 def tagged_tests() -> Counter[str]:

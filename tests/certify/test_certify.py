@@ -15,7 +15,7 @@ from conformance.certify.bundle import write_manifest
 from conformance.certify.golden import GoldenError, known_test_ids, load_golden, load_product
 from conformance.certify.verify import verify
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 PRODUCT = {"vendor": "kvconform project", "name": "file store", "version": "0.1.0",
            "connector": "conformance.stores.file:make_store", "contact_email": "m@example.invalid",

@@ -14,7 +14,7 @@ import pytest
 
 from conformance.api_surface import SCHEMA, api_diff, fingerprint, requirements, sources, static
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 API = REPO / "conformance" / "data" / "api"
 ZOO = REPO / "conformance" / "zoo" / "connectors"

@@ -19,7 +19,7 @@ from conformance.verdict.clauses import CLAUSES
 from conformance.matrix.definition import Cell, MatrixError, Stack, Tier
 from conformance.matrix.stacks import Provisioner, StackError, last_meaningful_lines
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 GOOD = """schema: kvconform.matrix/1
 tiers:

