@@ -1,6 +1,6 @@
 """How far batch composition alone moves vLLM-CPU's logprobs, with no connector at all.
 
-The engine tier compares a concurrent batch in the loading engine with the same batch in a
+The engine level compares a concurrent batch in the loading engine with the same batch in a
 no-connector engine. A connector that loads asynchronously (LMCacheMPConnector) parks each request
 until its KV arrives, so the loading engine decodes the batch in other compositions than the
 baseline did; vLLM-CPU's kernels are not batch-invariant (``VLLM_BATCH_INVARIANT`` is Triton-only),
@@ -34,7 +34,7 @@ BLOCK_SIZE = 32
 
 
 def compositions(block_size: int) -> list[dict[str, Any]]:
-    """The concurrent prompts in several batch compositions; "together" is the engine tier's."""
+    """The concurrent prompts in several batch compositions; "together" is the engine level's."""
     batches = prompt_batches(block_size)
     conc = batches["concurrent"]["prompts"]
     extra = batches["boundaries"]["prompts"][-1] + batches["extends"]["prompts"][0]

@@ -1,4 +1,4 @@
-"""The connector-API tier's time to verdict per connector, and its cost per example.
+"""The connector-API level's time to verdict per connector, and its cost per example.
 
 Runs ``pytest --pyargs conformance --kv-connector C --kv-levels connector`` under a profile for
 each connector given and writes ``benchmarks/results/connector_api.json``: wall time to a

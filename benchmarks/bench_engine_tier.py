@@ -1,6 +1,6 @@
-"""The engine tier's time to verdict and engine starts per cell.
+"""The engine level's time to verdict and engine starts per cell.
 
-Runs the real engine tier (``pytest --pyargs conformance --kv-connector ...``) for each cell
+Runs the real engine level (``pytest --pyargs conformance --kv-connector ...``) for each cell
 given, reads the engine timings from the results file, and writes
 ``benchmarks/results/engine_tier.json``: per cell, the wall time to a verdict, how many
 engines were started, each engine's process wall time and vLLM start time.

@@ -1,4 +1,4 @@
-"""``kvconform certify``: run a profile's required tests and write a verifiable bundle.
+"""``kvconform certify``: run a badge's required tests and write a verifiable bundle.
 
 Modelled on the Kubernetes conformance submission: the run may not skip a required test, and
 the bundle carries everything a reviewer needs without rerunning it: results, JUnit, the
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conformance import __version__
-from conformance.certify.golden import SHIPPED_GOLDEN, Golden, Profile, load_golden, load_product, test_id
+from conformance.certify.golden import SHIPPED_GOLDEN, Golden, Badge, load_golden, load_product, test_id
 from conformance.matrix.runner import suite_command
 from conformance.report import render as report
 from conformance.verdict import results
@@ -28,24 +28,24 @@ MANIFEST = "MANIFEST.json"
 CERTIFY_PROFILE = "certify"  # the Hypothesis profile: derandomized, recorded
 
 
-def results_name(profile: str) -> str:
-    return f"results-{profile}.json"
+def results_name(badge: str) -> str:
+    return f"results-{badge}.json"
 
 
-def required_problems(profile: Profile, doc: dict[str, Any] | None) -> list[str]:
-    """Why ``doc`` does not satisfy ``profile``'s required tests (empty: it does)."""
+def required_problems(badge: Badge, doc: dict[str, Any] | None) -> list[str]:
+    """Why ``doc`` does not satisfy ``badge``'s required tests (empty: it does)."""
     if doc is None:
-        return [f"profile {profile.name}: no results"]
+        return [f"badge {badge.name}: no results"]
     by_id = {test_id(CLAUSES[t["clause"]].level, t["clause"]): t for t in doc.get("tests", [])
              if isinstance(t, dict) and t.get("clause") in CLAUSES}
     problems = []
-    for tid in profile.required:
+    for tid in badge.required:
         test = by_id.get(tid)
         if test is None:
-            problems.append(f"profile {profile.name}: required test {tid} did not run")
+            problems.append(f"badge {badge.name}: required test {tid} did not run")
         elif test.get("status") != "Pass":
             first = (test.get("message") or "").splitlines()[0] if test.get("message") else ""
-            problems.append(f"profile {profile.name}: required test {tid} is {test.get('status')}"
+            problems.append(f"badge {badge.name}: required test {tid} is {test.get('status')}"
                             + (f": {first}" if first else ""))
     return problems
 
@@ -109,7 +109,7 @@ Made by kvconform {suite} (commit {commit}) with:
 
     {command}
 
-Profiles claimed: {profiles}. Verdict: {verdict}.
+Badges claimed: {badges}. Verdict: {verdict}.
 
 ## Check it without rerunning
 
@@ -117,15 +117,15 @@ Profiles claimed: {profiles}. Verdict: {verdict}.
     kvconform verify .
 
 `verify` checks every file against MANIFEST.json (SHA-256), that every required test of each
-claimed profile (golden.yaml, identical to the list shipped with kvconform {suite}) is present
+claimed badge (golden.yaml, identical to the list shipped with kvconform {suite}) is present
 and passed, and that versions agree across files.
 
 ## Reproduce it
 
 Install the connector ({connector}) and kvconform {suite} beside the packages in
-environment.json, then run the command above. Each profile's run is also, on its own:
+environment.json, then run the command above. Each badge's run is also, on its own:
 
-{per_profile}
+{per_badge}
 """
 
 
@@ -137,18 +137,18 @@ def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print
         say(f"kvconform certify: {out} is not empty; choose a new directory")
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    problems, per_profile = [], []
-    for name in product["profiles"]:
-        profile = golden.profiles[name]
+    problems, per_badge = [], []
+    for name in product["badges"]:
+        badge = golden.badges[name]
         res, junit, log = out / results_name(name), out / f"junit-{name}.xml", out / f"log-{name}.txt"
-        cmd = suite_command([f"--kv-store={product['connector']}"], CERTIFY_PROFILE, res, junit, profile.kv_cache_dtypes)
-        say(f"kvconform certify: profile {name}: running {len(profile.required)} required tests")
+        cmd = suite_command([f"--kv-store={product['connector']}"], CERTIFY_PROFILE, res, junit, badge.kv_cache_dtypes)
+        say(f"kvconform certify: badge {name}: running {len(badge.required)} required tests")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         log.write_text(proc.stdout + proc.stderr)
         doc = json.loads(res.read_text()) if res.exists() else None
-        problems += required_problems(profile, doc)
-        per_profile.append("    " + shlex.join(["python", *cmd[1:]]).replace(str(out) + "/", ""))
-    _write_bundle(out, product_path, product, golden, problems, per_profile, argv or sys.argv)
+        problems += required_problems(badge, doc)
+        per_badge.append("    " + shlex.join(["python", *cmd[1:]]).replace(str(out) + "/", ""))
+    _write_bundle(out, product_path, product, golden, problems, per_badge, argv or sys.argv)
     for problem in problems:
         say(f"NOT ELIGIBLE: {problem}")
     say(f"kvconform certify: {'ELIGIBLE' if not problems else 'NOT ELIGIBLE'}; bundle in {out}")
@@ -156,22 +156,22 @@ def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print
 
 
 def _write_bundle(out: Path, product_path: Path, product: dict[str, Any], golden: Golden,
-                  problems: list[str], per_profile: list[str], argv: list[str]) -> None:
+                  problems: list[str], per_badge: list[str], argv: list[str]) -> None:
     shutil.copyfile(product_path, out / "PRODUCT.yaml")
     shutil.copyfile(SHIPPED_GOLDEN, out / "golden.yaml")
     env = environment_fingerprint()
     (out / "environment.json").write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
     command = shlex.join(["kvconform", *argv[1:]]) if argv else "kvconform certify"
     (out / "command.txt").write_text(command + "\n")
-    docs: list[ResultsDocument] = [json.loads((out / results_name(n)).read_text()) for n in product["profiles"]
+    docs: list[ResultsDocument] = [json.loads((out / results_name(n)).read_text()) for n in product["badges"]
             if (out / results_name(n)).exists()]
     cells: list[Any] = [{**d, "cell": {"id": f"{product['name']} [{n}]", "store": product["name"], "target": product["connector"],
                             "tier": f"certify:{n}", "command": c.strip(), "wall_s": None}}
-             for d, n, c in zip(docs, product["profiles"], per_profile)]
+             for d, n, c in zip(docs, product["badges"], per_badge)]
     (out / "report.md").write_text(report.markdown(report.matrix_document(cells)))
     verdict = "ELIGIBLE" if not problems else "NOT ELIGIBLE (" + "; ".join(problems) + ")"
     (out / "README.md").write_text(README.format(
         name=product["name"], version=product["version"], vendor=product["vendor"], suite=__version__,
-        commit=env["kvconform_commit"], command=command, profiles=", ".join(product["profiles"]),
-        verdict=verdict, connector=product["connector"], per_profile="\n".join(per_profile)))
+        commit=env["kvconform_commit"], command=command, badges=", ".join(product["badges"]),
+        verdict=verdict, connector=product["connector"], per_badge="\n".join(per_badge)))
     write_manifest(out)

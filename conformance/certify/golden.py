@@ -1,7 +1,7 @@
 """The golden required-test list and the vendor's PRODUCT.yaml: load, validate, compare.
 
 Both are schema-checked with one-line errors, like matrix.yaml. Required test ids read
-``tier:clause`` and must name a clause the suite defines, so the list cannot rot.
+``level:clause`` and must name a clause the suite defines, so the list cannot rot.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import yaml
 from conformance.contract.spec import KV_CACHE_DTYPES
 from conformance.verdict.clauses import CLAUSES
 
-GOLDEN_SCHEMA = "kvconform.golden/1"
+GOLDEN_SCHEMA = "kvconform.golden/2"
 SHIPPED_GOLDEN = Path(str(files("conformance.certify") / "required-tests.yaml"))
-PRODUCT_REQUIRED = ("vendor", "name", "version", "connector", "contact_email", "profiles")
+PRODUCT_REQUIRED = ("vendor", "name", "version", "connector", "contact_email", "badges")
 PRODUCT_OPTIONAL = ("description", "website_url", "repo_url", "documentation_url")
 
 
@@ -28,7 +28,7 @@ class GoldenError(ValueError):
 
 
 @dataclass(frozen=True)
-class Profile:
+class Badge:
     name: str
     description: str
     kv_cache_dtypes: tuple[str, ...] | None
@@ -38,12 +38,12 @@ class Profile:
 @dataclass(frozen=True)
 class Golden:
     suite_version: str
-    profiles: Mapping[str, Profile]
+    badges: Mapping[str, Badge]
     sha256: str
 
 
-def test_id(tier: str, clause: str) -> str:
-    return f"{tier}:{clause}"
+def test_id(level: str, clause: str) -> str:
+    return f"{level}:{clause}"
 
 
 def known_test_ids() -> set[str]:
@@ -66,12 +66,12 @@ def _need(cond: object, path: Path, where: str, what: str) -> None:
 
 def load_golden(path: Path = SHIPPED_GOLDEN) -> Golden:
     data = _read_yaml(path)
-    _need(isinstance(data, dict) and set(data) == {"schema", "suite_version", "profiles"}, path,
-          "(top level)", "exactly the keys schema, suite_version, profiles")
+    _need(isinstance(data, dict) and set(data) == {"schema", "suite_version", "badges"}, path,
+          "(top level)", "exactly the keys schema, suite_version, badges")
     _need(data["schema"] == GOLDEN_SCHEMA, path, "schema", repr(GOLDEN_SCHEMA))
-    profiles = {}
-    for name, spec in (data["profiles"] or {}).items():
-        where = f"profiles.{name}"
+    badges = {}
+    for name, spec in (data["badges"] or {}).items():
+        where = f"badges.{name}"
         _need(isinstance(spec, dict) and set(spec) == {"description", "kv_cache_dtypes", "required"},
               path, where, "exactly the keys description, kv_cache_dtypes, required")
         dtypes = spec["kv_cache_dtypes"]
@@ -81,11 +81,11 @@ def load_golden(path: Path = SHIPPED_GOLDEN) -> Golden:
         _need(isinstance(required, list) and required, path, f"{where}.required", "a non-empty list of test ids")
         for i, tid in enumerate(required):
             _need(tid in known_test_ids(), path, f"{where}.required[{i}]",
-                  f"a test id of this suite (tier:clause), got {tid!r}")
-        profiles[name] = Profile(name, spec["description"], tuple(dtypes) if dtypes else None, tuple(required))
-    _need(bool(profiles), path, "profiles", "at least one profile")
+                  f"a test id of this suite (level:clause), got {tid!r}")
+        badges[name] = Badge(name, spec["description"], tuple(dtypes) if dtypes else None, tuple(required))
+    _need(bool(badges), path, "badges", "at least one badge")
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    return Golden(str(data["suite_version"]), profiles, digest)
+    return Golden(str(data["suite_version"]), badges, digest)
 
 
 def load_product(path: Path, golden: Golden) -> dict[str, Any]:
@@ -95,9 +95,9 @@ def load_product(path: Path, golden: Golden) -> dict[str, Any]:
         _need(key in data and data[key] not in (None, "", []), path, key, "a value (required)")
     unknown = sorted(set(data) - set(PRODUCT_REQUIRED) - set(PRODUCT_OPTIONAL))
     _need(not unknown, path, unknown[0] if unknown else "", f"one of {list(PRODUCT_REQUIRED + PRODUCT_OPTIONAL)}")
-    _need(isinstance(data["profiles"], list), path, "profiles", "a list of profile names")
-    for i, name in enumerate(data["profiles"]):
-        _need(name in golden.profiles, path, f"profiles[{i}]", f"one of {list(golden.profiles)}, got {name!r}")
+    _need(isinstance(data["badges"], list), path, "badges", "a list of badge names")
+    for i, name in enumerate(data["badges"]):
+        _need(name in golden.badges, path, f"badges[{i}]", f"one of {list(golden.badges)}, got {name!r}")
     _need("@" in str(data["contact_email"]), path, "contact_email", "an e-mail address")
     return data
 

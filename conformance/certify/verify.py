@@ -2,7 +2,7 @@
 
 One line per problem, non-zero exit on any: the manifest against every file (edits,
 additions, removals), the golden list against the one this kvconform version ships, every
-required test of every claimed profile present and passed, versions consistent across files,
+required test of every claimed badge present and passed, versions consistent across files,
 and JUnit agreeing with the results.
 """
 
@@ -38,9 +38,9 @@ def verify(bundle: Path) -> list[str]:
         problems.append(f"golden.yaml: differs from the golden list shipped with kvconform {__version__}")
     if golden.suite_version != made_with:
         problems.append(f"golden.yaml: suite_version {golden.suite_version}, but the bundle was made with {made_with}")
-    for name in product["profiles"]:
+    for name in product["badges"]:
         try:
-            problems += _profile_problems(bundle, golden.profiles[name], product, made_with)
+            problems += _badge_problems(bundle, golden.badges[name], product, made_with)
         except (KeyError, TypeError, AttributeError, ValueError) as exc:  # edited into another shape
             problems.append(f"{results_name(name)}: malformed results ({type(exc).__name__}: {exc})")
     return problems
@@ -59,13 +59,13 @@ def _manifest_problems(bundle: Path) -> list[str]:
     return problems
 
 
-def _profile_problems(bundle: Path, profile: Any, product: dict[str, Any], made_with: str) -> list[str]:
-    path = bundle / results_name(profile.name)
+def _badge_problems(bundle: Path, badge: Any, product: dict[str, Any], made_with: str) -> list[str]:
+    path = bundle / results_name(badge.name)
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
-        return [f"{path.name}: missing or unreadable: claimed profile {profile.name} has no results"]
-    problems = [f"{path.name}: {p}" for p in required_problems(profile, doc)]
+        return [f"{path.name}: missing or unreadable: claimed badge {badge.name} has no results"]
+    problems = [f"{path.name}: {p}" for p in required_problems(badge, doc)]
     if doc.get("suite_version") != made_with:
         problems.append(f"{path.name}: suite_version {doc.get('suite_version')}, but environment.json says {made_with}")
     if doc.get("profile") != CERTIFY_PROFILE:
@@ -73,11 +73,11 @@ def _profile_problems(bundle: Path, profile: Any, product: dict[str, Any], made_
     if (doc.get("store") or {}).get("target") != product["connector"]:
         problems.append(f"{path.name}: tested {doc.get('store', {}).get('target')!r}, but PRODUCT.yaml "
                         f"names connector {product['connector']!r}")
-    want_dtypes = list(profile.kv_cache_dtypes) if profile.kv_cache_dtypes else None
+    want_dtypes = list(badge.kv_cache_dtypes) if badge.kv_cache_dtypes else None
     if doc.get("kv_cache_dtypes") != want_dtypes:
-        problems.append(f"{path.name}: ran kv_cache_dtypes {doc.get('kv_cache_dtypes')}, profile "
-                        f"{profile.name} requires {want_dtypes}")
-    problems += _junit_problems(bundle / f"junit-{profile.name}.xml", doc)
+        problems.append(f"{path.name}: ran kv_cache_dtypes {doc.get('kv_cache_dtypes')}, badge "
+                        f"{badge.name} requires {want_dtypes}")
+    problems += _junit_problems(bundle / f"junit-{badge.name}.xml", doc)
     return problems
 
 

@@ -1,4 +1,4 @@
-"""Package data, installed with the package (a wheel has it too): model profiles (``models/``)
+"""Package data, installed with the package (a wheel has it too): model recipes (``models/``)
 and the committed vLLM API fingerprints (``api/``)."""
 
 from __future__ import annotations

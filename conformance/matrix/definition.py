@@ -22,8 +22,8 @@ SCHEMA = "kvconform.matrix/1"
 PROFILES = ("dev", "ci", "deep", "certify")
 PLATFORMS = ("cpu", "cuda")  # install lists a stack may give; a tier says which one its cells use
 NO_LMCACHE = "none"  # the lmcache coordinate of a stack without LMCache
-# What a connector entry runs: the connector-API tier (one cell per model, drawing the dtype axis)
-# and the engine tier (one cell per model and kv_cache_dtype).
+# What a connector entry runs: the connector-API level (one cell per model, drawing the dtype axis)
+# and the engine level (one cell per model and kv_cache_dtype).
 CONNECTOR_LEVELS = ("connector", "engine")
 API_DTYPES_SEP = "+"  # a connector-API cell's kv_cache_dtype coordinate: the axis it drew from
 # What a `when:` may test: the coordinates cells carry (stores: store; connectors: the rest).
@@ -276,7 +276,7 @@ def load(path: Path) -> Matrix:
                 f"{where}.levels", f"a non-empty list from {list(CONNECTOR_LEVELS)}, got {levels!r}")
         _expect(isinstance(spec["connector"], str), path, f"{where}.connector", "a registry name or module:Class")
         _expect(isinstance(spec.get("extra_config", {}), dict), path, f"{where}.extra_config", "a mapping")
-        for key, valid in (("models", model_profiles()), ("kv_cache_dtypes", list(KV_CACHE_DTYPE_NAMES))):
+        for key, valid in (("models", model_names()), ("kv_cache_dtypes", list(KV_CACHE_DTYPE_NAMES))):
             value = spec[key]
             _expect(isinstance(value, list) and value, path, f"{where}.{key}", f"a non-empty list from {valid}")
             for i, v in enumerate(value):
@@ -368,7 +368,7 @@ def _stack_list(spec: dict[str, Any], stacks: Mapping[str, Stack], target: str, 
     return tuple(value)
 
 
-def model_profiles() -> list[str]:
+def model_names() -> list[str]:
     return sorted(p.stem for p in data_dir("models").glob("*.json"))
 
 

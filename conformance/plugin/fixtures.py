@@ -55,7 +55,7 @@ def kv_capabilities(kv_store: Any) -> frozenset[str]:
 
 @pytest.fixture(scope="session")
 def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The engine-tier cell for the chosen connector, model and kv_cache_dtype (engines start lazily)."""
+    """The engine-level cell for the chosen connector, model and kv_cache_dtype (engines start lazily)."""
     import sys
 
     from conformance.levels.engine.baselines import BaselineStore
@@ -77,7 +77,7 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 @pytest.fixture(scope="session")
 def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The connector-API tier's harness for the chosen connector and model (Not runnable when no
+    """The connector-API level's harness for the chosen connector and model (Not runnable when no
     shim covers the installed vLLM)."""
     from conformance.levels.connector.eras import EraUnavailable
     from conformance.levels.connector.session import open_harness

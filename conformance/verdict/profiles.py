@@ -27,7 +27,7 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-# Profiles whose runs must end soon even when they fail: the connector-API tier's examples are
+# Profiles whose runs must end soon even when they fail: the connector-API level's examples are
 # two engine lifetimes each (~0.1 s), and shrinking a failure there can take minutes. The first
 # failing example is reported as found, with its seed; `dev` and `deep` still shrink.
 NO_SHRINK = ("ci",)

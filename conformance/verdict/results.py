@@ -145,7 +145,7 @@ def build(*, store: dict[str, Any], profile: str, hypothesis_settings: dict[str,
         "suite_version": __version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "store": redact(store),
-        "connector": redact(connector),  # the engine tier's connector, model, dtype, timings
+        "connector": redact(connector),  # the engine level's connector, model, dtype, timings
         "profile": profile,
         "kv_cache_dtypes": kv_cache_dtypes,  # None: every string vLLM knows
         "hypothesis_settings": hypothesis_settings,

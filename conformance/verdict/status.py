@@ -1,4 +1,4 @@
-"""One status lattice for every tier and every report.
+"""One status lattice for every level, every tier and every report.
 
 Error is kept apart from Fail, as in the OCI distribution-spec conformance: Fail means the
 connector broke a clause; Error means the suite could not reach a verdict (a hang, a crash,

@@ -19,7 +19,7 @@ from tests.conftest import REPO
 
 PRODUCT = {"vendor": "kvconform project", "name": "file store", "version": "0.1.0",
            "connector": "conformance.stores.file:make_store", "contact_email": "m@example.invalid",
-           "profiles": ["core", "fp8"]}
+           "badges": ["core", "fp8"]}
 
 
 def certify(tmp: Path, **changes) -> tuple[subprocess.CompletedProcess, Path]:
@@ -81,7 +81,7 @@ def test_manifest_itself_is_checked_by_content(bundle):
     (bundle / "results-core.json").unlink()
     problems = verify(bundle)
     assert "results-core.json: listed in MANIFEST.json but missing" in problems
-    assert any("claimed profile core has no results" in p for p in problems)
+    assert any("claimed badge core has no results" in p for p in problems)
 
 
 def test_deleting_a_required_result_is_caught_even_with_a_forged_manifest(bundle):
@@ -90,17 +90,17 @@ def test_deleting_a_required_result_is_caught_even_with_a_forged_manifest(bundle
     doc["tests"] = [t for t in doc["tests"] if t["clause"] != "stride_contract"]
     path.write_text(json.dumps(doc))
     write_manifest(bundle)  # a forger who also rewrites the manifest
-    assert verify(bundle) == ["results-core.json: profile core: required test store:stride_contract did not run"]
+    assert verify(bundle) == ["results-core.json: badge core: required test store:stride_contract did not run"]
 
 
-def test_claiming_a_profile_that_did_not_run_is_caught(tmp_path):
-    proc, out = certify(tmp_path, profiles=["core"])
+def test_claiming_a_badge_that_did_not_run_is_caught(tmp_path):
+    proc, out = certify(tmp_path, badges=["core"])
     assert proc.returncode == 0
     product = yaml.safe_load((out / "PRODUCT.yaml").read_text())
-    product["profiles"] = ["core", "fp8"]
+    product["badges"] = ["core", "fp8"]
     (out / "PRODUCT.yaml").write_text(yaml.safe_dump(product))
     write_manifest(out)
-    assert verify(out) == ["results-fp8.json: missing or unreadable: claimed profile fp8 has no results"]
+    assert verify(out) == ["results-fp8.json: missing or unreadable: claimed badge fp8 has no results"]
 
 
 def test_other_golden_list_is_caught(bundle):
@@ -111,35 +111,35 @@ def test_other_golden_list_is_caught(bundle):
 
 
 def test_known_bad_store_is_not_eligible(tmp_path):
-    proc, out = certify(tmp_path, connector="conformance.zoo.scale_dropping:make_store", profiles=["fp8"])
+    proc, out = certify(tmp_path, connector="conformance.zoo.scale_dropping:make_store", badges=["fp8"])
     assert proc.returncode == 1
-    assert "NOT ELIGIBLE: profile fp8: required test store:scales_roundtrip is Fail: [scales_roundtrip]" in proc.stdout
+    assert "NOT ELIGIBLE: badge fp8: required test store:scales_roundtrip is Fail: [scales_roundtrip]" in proc.stdout
     assert any("scales_roundtrip is Fail" in p for p in verify(out))
 
 
 def test_disabled_required_test_makes_the_run_ineligible(tmp_path):
-    proc, _ = certify(tmp_path, connector="tests.stores_for_tests:scaleless_store", profiles=["fp8"])
+    proc, _ = certify(tmp_path, connector="tests.stores_for_tests:scaleless_store", badges=["fp8"])
     assert proc.returncode == 1
     assert "required test store:scales_roundtrip is Disabled" in proc.stdout
 
 
 def test_golden_list_names_only_existing_tests():
     golden = load_golden()
-    for profile in golden.profiles.values():
-        assert set(profile.required) <= known_test_ids()
+    for badge in golden.badges.values():
+        assert set(badge.required) <= known_test_ids()
 
 
 def test_golden_list_with_a_vanished_test_fails(tmp_path):
     path = tmp_path / "golden.yaml"
     path.write_text((REPO / "conformance/certify/required-tests.yaml").read_text()
                     .replace("store:shape_preserved", "store:shape_kept"))
-    with pytest.raises(GoldenError, match=r"profiles.core.required\[2\]: expected a test id of this suite \(tier:clause\), got 'store:shape_kept'"):
+    with pytest.raises(GoldenError, match=r"badges.core.required\[2\]: expected a test id of this suite \(tier:clause\), got 'store:shape_kept'"):
         load_golden(path)
 
 
 @pytest.mark.parametrize("change, says", [
     ({"contact_email": None}, "contact_email: expected a value (required)"),
-    ({"profiles": ["gold"]}, "profiles[0]: expected one of ['core', 'fp8'], got 'gold'"),
+    ({"badges": ["gold"]}, "badges[0]: expected one of ['core', 'fp8'], got 'gold'"),
     ({"logo": "x"}, "logo: expected one of"),
 ])
 def test_product_yaml_errors_are_one_line(tmp_path, change, says):

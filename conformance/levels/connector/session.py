@@ -1,4 +1,4 @@
-"""Opens the connector-API tier's harness: era, model, and the servers a connector needs."""
+"""Opens the connector-API level's harness: era, model, and the servers a connector needs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from conformance.levels.connector.eras import select_era
 from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.subject import ConnectorChoice, LMCacheService
 
-LMCACHE_CHUNK_SIZE = 64  # a multiple of every block size the tier draws
+LMCACHE_CHUNK_SIZE = 64  # a multiple of every block size the level draws
 
 
 def open_harness(connector: ConnectorChoice, model: str, workdir: Path,

@@ -1,7 +1,7 @@
 """No-connector engine runs, kept and shared across the cells of a matrix run.
 
 A baseline is vLLM alone on a model, a kv_cache_dtype and the cell's prompts: it does not depend
-on the connector under test, and an engine run is bit-reproducible (the engine tier's premise:
+on the connector under test, and an engine run is bit-reproducible (the engine level's premise:
 a load engine is compared bit for bit with a baseline from another process). So the cells of one
 stack and model share their baselines instead of starting the same engine again, once per
 connector and once more as each dtype's format twin. The key is the whole engine spec plus the

@@ -1,4 +1,4 @@
-"""One engine-tier cell: a connector, a model, a kv_cache_dtype, and the engines that test them.
+"""One engine-level cell: a connector, a model, a kv_cache_dtype, and the engines that test them.
 
 Engines are expensive (seconds each on two cores), so a cell starts each *role* once and every
 scenario reads the same runs: a no-connector baseline, a store engine, a fresh load engine, a

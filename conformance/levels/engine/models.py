@@ -1,9 +1,9 @@
 """Tiny seeded-random models that keep a real model's KV geometry, generated locally.
 
-No model hub is reachable, so a model *profile* (``conformance/data/models/NAME.json``: the config
+No model hub is reachable, so a model *recipe* (``conformance/data/models/NAME.json``: the config
 class, its kwargs, a seed, a dtype) is turned into a model directory vLLM can load offline:
 ``config.json``, ``model.safetensors`` and a WordLevel tokenizer (``w4 w5 ...``). Directories
-are content-addressed (profile bytes + transformers version) under the cache, built once and
+are content-addressed (recipe bytes + transformers version) under the cache, built once and
 reused; a lock file keeps parallel workers from building the same one twice.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 from conformance.data import data_dir
 
-PROFILES_DIR = data_dir("models")
+RECIPES_DIR = data_dir("models")
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3
 BOS, EOS, PAD = 1, 2, 3
 
@@ -27,24 +27,24 @@ def cache_root() -> Path:
     return Path(os.environ.get("KVCONFORM_CACHE", Path.home() / ".cache" / "kvconform"))
 
 
-def profile_names() -> list[str]:
-    return sorted(p.stem for p in PROFILES_DIR.glob("*.json"))
+def model_names() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
 
 
-def load_profile(name: str) -> dict[str, Any]:
-    path = PROFILES_DIR / f"{name}.json"
+def load_recipe(name: str) -> dict[str, Any]:
+    path = RECIPES_DIR / f"{name}.json"
     if not path.is_file():
-        raise ValueError(f"model profile {name!r} is unknown; valid: {', '.join(profile_names())} "
+        raise ValueError(f"model recipe {name!r} is unknown; valid: {', '.join(model_names())} "
                          "(or pass --kv-model PATH to a model directory)")
     return json.loads(path.read_text())
 
 
 def materialise(name: str) -> Path:
-    """The model directory for profile ``name``, generating it on first use."""
+    """The model directory for recipe ``name``, generating it on first use."""
     import transformers
 
-    profile = load_profile(name)
-    key = hashlib.sha256((PROFILES_DIR / f"{name}.json").read_bytes()
+    recipe = load_recipe(name)
+    key = hashlib.sha256((RECIPES_DIR / f"{name}.json").read_bytes()
                          + transformers.__version__.encode()).hexdigest()[:12]
     out = cache_root() / "models" / f"{name}-{key}"
     if (out / "DONE").exists():
@@ -53,25 +53,25 @@ def materialise(name: str) -> Path:
     with open(out.parent / f"{name}-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "DONE").exists():
-            _generate(profile, out)
+            _generate(recipe, out)
             (out / "DONE").write_text(key)
     return out
 
 
-def _generate(profile: dict[str, Any], out: Path) -> None:
+def _generate(recipe: dict[str, Any], out: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     import transformers
 
-    config_cls = getattr(transformers, profile["config_class"])
-    config = config_cls(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, **profile["config"])
-    torch.manual_seed(profile["seed"])
+    config_cls = getattr(transformers, recipe["config_class"])
+    config = config_cls(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, **recipe["config"])
+    torch.manual_seed(recipe["seed"])
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    dtype = getattr(torch, profile["dtype"])
+    dtype = getattr(torch, recipe["dtype"])
     model = model.to(dtype)
     model.config.dtype = dtype
     model.save_pretrained(out)
-    _tokenizer(profile["config"]["vocab_size"]).save_pretrained(out)
+    _tokenizer(recipe["config"]["vocab_size"]).save_pretrained(out)
 
 
 def _tokenizer(vocab_size: int) -> Any:

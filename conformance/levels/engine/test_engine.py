@@ -1,4 +1,4 @@
-"""Engine-tier clauses: a real vLLM with the connector under test, against its own baseline.
+"""Engine-level clauses: a real vLLM with the connector under test, against its own baseline.
 
 Every scenario reads runs of one cell (see ``conformance.levels.engine.cell``): engines start once
 per role and are shared. "Bit-identical" compares tokens and the float bits of logprobs, except

