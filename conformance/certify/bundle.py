@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conformance import __version__
-from conformance.certify.golden import SHIPPED_GOLDEN, Golden, Badge, load_golden, load_product, test_id
+from conformance.certify.golden import SHIPPED_GOLDEN, Badge, Golden, load_golden, load_product, test_id
 from conformance.matrix.runner import suite_command
 from conformance.report import render as report
 from conformance.verdict import results
