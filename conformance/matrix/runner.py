@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Any, Callable, Sequence
 from conformance import __version__
 from conformance.matrix.definition import Cell
 from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements
+from conformance.util import procs
 from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry
@@ -80,10 +80,10 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -
     cmd = suite_command(args, cell.tier.profile, out, junit, python=python)
     if failed is None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {})}
-        output, problem = _run_pytest(cmd, out, cell.tier.timeout_s, env)
+        output, problem = _run_pytest(cmd, out, log, cell.tier.timeout_s, env)
     else:
         output, problem = failed.log, failed.reason
-    log.write_text(output)
+        log.write_text(output)
     doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
     shown = "python" if python == sys.executable else os.path.relpath(python)
     command = " ".join([shown, *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml")
@@ -122,18 +122,17 @@ def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True,
     return Provisioner(root, Path(__file__).resolve().parents[2], provision=provision, platform=platform)
 
 
-def _run_pytest(cmd: list[str], out: Path, timeout_s: float, env: dict[str, str]) -> tuple[str, str | None]:
-    """(output, problem): problem is None when pytest wrote its results in time."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired as exc:
-        return _text(exc.stdout) + _text(exc.stderr), f"cell exceeded its {timeout_s:g}s deadline and was killed"
-    problem = None if out.exists() else f"pytest exited {proc.returncode} without writing results"
-    return proc.stdout + proc.stderr, problem
-
-
-def _text(data: Any) -> str:
-    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+def _run_pytest(cmd: list[str], out: Path, log: Path, timeout_s: float, env: dict[str, str]) -> tuple[str, str | None]:
+    """(output, problem): problem is None when pytest wrote its results in time. Its output goes to
+    ``log``; at the deadline its whole process group is killed (what it started in it too)."""
+    proc = procs.spawn(cmd, log, env=env)
+    in_time = procs.finished_within(proc, timeout_s)
+    procs.kill_group(proc)
+    proc.wait()
+    output = log.read_text(errors="replace")
+    if not in_time:
+        return output, f"cell exceeded its {timeout_s:g}s deadline and was killed"
+    return output, None if out.exists() else f"pytest exited {proc.returncode} without writing results"
 
 
 def _error_document(cell: Cell, problem: str, output: str) -> ResultsDocument:
