@@ -1,4 +1,4 @@
-"""What a matrix run cost: cell wall times per kind, the run's elapsed time, and what sharing saved.
+"""What a matrix run cost: cell wall times per level, the run's elapsed time, and what sharing saved.
 
 Reads a results directory written by ``kvconform run`` (no rerun) and writes a JSON summary:
 
@@ -20,6 +20,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from conformance.report.render import cell_level
+
 
 def load(results_dir: Path, since: datetime | None) -> list[dict[str, Any]]:
     docs = []
@@ -38,7 +40,8 @@ def summarize(docs: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
     engines_started = baselines_reused = 0
     for doc in docs:
         cell = doc["cell"]
-        key = cell["kind"] + ("/" + cell["coordinates"].get("connector", "") if cell["kind"] != "store" else "")
+        level = cell_level(cell) or "?"
+        key = level + ("/" + cell["coordinates"].get("connector", "") if level != "store" else "")
         walls[key].append(cell["wall_s"])
         for role, timing in ((doc.get("connector") or {}).get("engine_timings") or {}).items():
             if isinstance(timing, dict):
@@ -53,7 +56,7 @@ def summarize(docs: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
         "cells": len(docs), "jobs": jobs, "elapsed_s": round(elapsed), "sum_of_cell_wall_s": round(total),
         "overlap_speedup": round(total / elapsed, 2) if elapsed else None,
         "engines_started": engines_started, "baselines_reused": baselines_reused,
-        "per_kind": {k: {"cells": len(ws), "median_wall_s": round(statistics.median(ws), 1),
+        "per_level": {k: {"cells": len(ws), "median_wall_s": round(statistics.median(ws), 1),
                          "max_wall_s": round(max(ws), 1), "sum_wall_s": round(sum(ws))}
                      for k, ws in sorted(walls.items())},
         "environment": docs[0]["environment"] if docs else {},

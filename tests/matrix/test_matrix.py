@@ -201,7 +201,7 @@ def test_failed_stack_install_is_an_error_document_per_clause(tmp_path, monkeypa
                    **bad.coordinates}, stack=bad) for i, dtype in enumerate(["auto", "fp8"])]
     provisioner = Provisioner(tmp_path / "stacks", REPO)
     docs = runner.run_cells(cells, tmp_path / "results", stacks=provisioner, say=lambda _: None)
-    engine_clauses = {c for c, clause in CLAUSES.items() if clause.tier == "engine"}
+    engine_clauses = {c for c, clause in CLAUSES.items() if clause.level == "engine"}
     for doc in docs:
         assert {t["clause"] for t in doc["tests"]} == engine_clauses
         assert {t["status"] for t in doc["tests"]} == {"Error"}

@@ -25,7 +25,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 def write_cell(results_dir: Path, cell_id: str, statuses: dict[str, str], message: str = "") -> None:
     records = [results.TestRecord(nodeid=f"n::{c}", clause=c, status=statuses.get(c, "Pass"), duration_s=0.1,
                                   examples=5, message=message if statuses.get(c, "Pass") != "Pass" else "")
-               for c in CLAUSES if CLAUSES[c].tier == "store"]
+               for c in CLAUSES if CLAUSES[c].level == "store"]
     doc = results.build(store={"spec": cell_id, "target": cell_id, "version": None, "capabilities": []},
                         profile="ci", hypothesis_settings={}, records=records)
     doc["cell"] = {"id": cell_id, "store": cell_id, "target": cell_id, "tier": "quick",
@@ -162,7 +162,7 @@ def write_stack_cell(results_dir: Path, vllm: str, lmcache: str, verdict: str, c
     """An engine cell on a stack; ``error`` makes it a stack whose install failed."""
     records = [results.TestRecord(nodeid=f"n::{c}", clause=c, status=verdict, duration_s=0.1, examples=1,
                                   message=error or "")
-               for c in CLAUSES if CLAUSES[c].tier == "engine"]
+               for c in CLAUSES if CLAUSES[c].level == "engine"]
     doc = results.build(store={"spec": "", "target": None, "version": None, "capabilities": []},
                         profile="ci", hypothesis_settings={}, records=records)
     coords = {"connector": connector, "model": "qwen3-tiny", "kv_cache_dtype": "auto", "vllm": vllm, "lmcache": lmcache}

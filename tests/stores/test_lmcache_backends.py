@@ -40,7 +40,7 @@ def test_server_killed_mid_run_is_error_not_verdict(run_suite, store, server, ki
                     env={"KVCONFORM_FAULT": f"kill-server-after-puts:{kill_after}",
                          "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
     tests = run.results["tests"] if run.results else []
-    assert {t["clause"] for t in tests} == {c.id for c in CLAUSES.values() if c.tier == "store"}, run.output[-3000:]
+    assert {t["clause"] for t in tests} == {c.id for c in CLAUSES.values() if c.level == "store"}, run.output[-3000:]
     errors = [i for i, t in enumerate(tests) if t["status"] == "Error"]
     assert errors, run.output[-3000:]
     killed = tests[errors[0]]

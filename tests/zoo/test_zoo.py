@@ -15,7 +15,7 @@ def test_reference_stores_pass(run_suite, store, profile):
     run = run_suite(f"--kv-store={store}", f"--kv-profile={profile}")
     statuses = run.statuses()
     assert run.returncode == 0, run.output[-3000:]
-    assert set(statuses) == {c.id for c in CLAUSES.values() if c.tier == "store"}
+    assert set(statuses) == {c.id for c in CLAUSES.values() if c.level == "store"}
     assert {c for c, s in statuses.items() if s != "Pass"} <= {"corruption_detected"}
     assert all(t["examples"] > 0 for t in run.results["tests"] if t["status"] == "Pass")
 
