@@ -14,7 +14,7 @@ import torch
 
 from conformance.contract.spec import KVSpec
 from conformance.contract.store import KVEntry, logical_bytes
-from conformance.verdict.clauses import running_clause
+from conformance.verdict.clauses import CLAUSES, running_clause
 
 
 class ClauseViolation(AssertionError):
@@ -25,6 +25,8 @@ class ClauseViolation(AssertionError):
 
     def __init__(self, detail: str, clause: str | None = None) -> None:
         clause = clause or running_clause()
+        if clause not in CLAUSES:  # a typo would file the message under no clause
+            raise ValueError(f"ClauseViolation names no clause: {clause!r}; valid: {', '.join(CLAUSES)}")
         super().__init__(f"[{clause}] {detail}")
         self.clause = clause
         self.detail = detail

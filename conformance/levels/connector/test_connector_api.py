@@ -100,11 +100,11 @@ def test_requirements(connector_api):
     module = connector.module_path or registered_module(connector.name)
     if module is None:
         raise ClauseViolation(f"{connector.name!r} is not a connector the installed vLLM "
-                                                  "registers; pass 'package.module:ClassName' for an external one")
+                              "registers; pass 'package.module:ClassName' for an external one")
     missing = check_requirements(module)
     if missing:
         raise ClauseViolation(f"{module} needs {len(missing)} name(s) the installed vLLM "
-                                                  "lacks: " + "; ".join(map(str, missing)))
+                              "lacks: " + "; ".join(map(str, missing)))
 
 
 @clause("api_save_load_roundtrip")
@@ -123,8 +123,8 @@ def _loads_something(api) -> None:
                                   neighbour=ps.neighbour)
     if load.external_tokens.get("load", 0) <= 0:
         raise ClauseViolation(f"the second connector pair loaded nothing for a {len(prompt)}-token prompt "
-                                   f"the first pair had saved {_where(load, 'probe')}: the connector "
-                                   "saves or loads nothing")
+                              f"the first pair had saved {_where(load, 'probe')}: the connector "
+                              "saves or loads nothing")
 
 
 @count_examples
@@ -151,8 +151,8 @@ def test_no_collateral_writes(connector_api, data):
     foreign = checks.changed_blocks(load, checks.unowned_blocks(load, "load"))
     if foreign:
         raise ClauseViolation("loading wrote outside the loaded request's blocks "
-                                   f"{load.blocks.get('load')} (neighbour's: {load.blocks.get('neighbour')}) "
-                                   f"{_where(load, 'load run')}: " + "; ".join(foreign))
+                              f"{load.blocks.get('load')} (neighbour's: {load.blocks.get('neighbour')}) "
+                              f"{_where(load, 'load run')}: " + "; ".join(foreign))
 
 
 @clause("api_partial_prefix")
@@ -170,7 +170,7 @@ def test_partial_prefix(connector_api, data):
     what = f"{k} of {len(ps.stored)} tokens shared, {n} loaded"
     if n > k:
         raise ClauseViolation(f"loaded {n} tokens for a prompt that shares only its first {k} with the "
-                                   f"stored one: tokens {k}..{n - 1} are another prompt's KV {_where(load, what)}")
+                              f"stored one: tokens {k}..{n - 1} are another prompt's KV {_where(load, what)}")
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
         raise ClauseViolation(f"the shared prefix loaded other bytes {_where(load, what)}: " + "; ".join(problems))
@@ -199,8 +199,8 @@ def test_concurrent_loads(connector_api, data):
         if problems:
             loaded = {r: load.external_tokens.get(r, 0) for r, _ in batch}
             raise ClauseViolation(f"of {len(batch)} requests loading in one step ({loaded} tokens), the "
-                                       f"{rid} request's loaded bytes differ from what it saved "
-                                       f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
+                                  f"{rid} request's loaded bytes differ from what it saved "
+                                  f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
 
 
 @clause("api_damaged_storage")
@@ -224,14 +224,14 @@ def test_damaged_storage(connector_api, dtype):
                        storage=storage)
     except ConnectorRaised as exc:
         raise ClauseViolation(f"after the suite {how}, the connector raised in {exc} instead of "
-                                   "reporting the damaged blocks (get_block_ids_with_load_errors): in an "
-                                   "engine that exception kills the worker and every request with it") from exc
+                              "reporting the damaged blocks (get_block_ids_with_load_errors): in an "
+                              "engine that exception kills the worker and every request with it") from exc
     n = load.external_tokens.get("load", 0)
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
         raise ClauseViolation(f"after the suite {how}, the connector loaded {n} tokens and reported "
-                                   f"{len(load.load_errors)} failed block(s): it served damaged bytes as KV "
-                                   f"{_where(load, 'load after damage')}: " + "; ".join(problems))
+                              f"{len(load.load_errors)} failed block(s): it served damaged bytes as KV "
+                              f"{_where(load, 'load after damage')}: " + "; ".join(problems))
 
 
 @clause("api_format_isolation")
@@ -257,4 +257,4 @@ def _format_isolation_examples(connector_api, twins, data):
     failed = set(load.blocks.get("load", ())[: -(-n // block_size)]) <= load.load_errors
     if n > 0 and not failed:
         raise ClauseViolation(f"a {twin} connector pair loaded {n} tokens that a {dtype} pair stored: "
-                                   f"it was served the other format's bytes {_where(load, 'twin load')}")
+                              f"it was served the other format's bytes {_where(load, 'twin load')}")

@@ -45,7 +45,7 @@ def _identical(cell, got, want, batches, what, skip_failed=False):
                 for p in compare_runs(got, want, b, comparison_tolerance(want, cell.batches[b]), skip_failed)]
     if problems:
         raise ClauseViolation(f"{what} differs from the no-connector baseline in "
-                                         f"{len(problems)} request(s): " + "; ".join(problems[:3]))
+                              f"{len(problems)} request(s): " + "; ".join(problems[:3]))
 
 
 def _stored_then_loaded(cell):

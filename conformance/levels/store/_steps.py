@@ -27,4 +27,4 @@ def assert_not_served(store: Any, key: str, spec: KVSpec, *, why: str) -> None:
         return
     if got is not None:
         raise ClauseViolation(f"get({key!r}, {spec.describe()}) returned an entry "
-                                      f"({got.spec.describe()}), but {why}")
+                              f"({got.spec.describe()}), but {why}")

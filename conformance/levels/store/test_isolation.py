@@ -50,7 +50,7 @@ def check_format_isolation(kv_store, twins, data):
     for entry in (first, second):
         got = kv_store.get(key, entry.spec)
         if got is None:
-            raise ClauseViolation(_ISO, f"get({entry.spec.describe()}) missed after both twins were stored")
+            raise ClauseViolation(f"get({entry.spec.describe()}) missed after both twins were stored")
         assert_equal("recorded spec", got.spec.describe(), entry.spec.describe())
         assert_same_bytes(got.tensor, entry.tensor,
                           context=f"{first.spec.kv_cache_dtype} and {second.spec.kv_cache_dtype} under one key")
@@ -80,7 +80,7 @@ def test_mismatch_rejection(kv_store, entry, how):
         pass
     else:
         t = bad.tensor
-        raise ClauseViolation(_MISMATCH, f"put accepted a {tuple(t.shape)} {t.dtype} tensor for spec "
-                                         f"{entry.spec.describe()} (expects {entry.spec.layer_shape} "
-                                         f"{entry.spec.storage_dtype}); it must refuse, never cast")
+        raise ClauseViolation(f"put accepted a {tuple(t.shape)} {t.dtype} tensor for spec "
+                              f"{entry.spec.describe()} (expects {entry.spec.layer_shape} "
+                              f"{entry.spec.storage_dtype}); it must refuse, never cast")
     assert_not_served(kv_store, key, entry.spec, why="put of it was refused")

@@ -47,7 +47,7 @@ class StoreMachine(RuleBasedStateMachine):
         if want is None:
             if got is not None:
                 raise ClauseViolation(f"get({k!r}) returned an entry, but the model has none "
-                                               "(never put, or deleted)")
+                                      "(never put, or deleted)")
             return
         if got is None:
             raise ClauseViolation(f"get({k!r}) returned None, but the model holds an entry")
