@@ -38,9 +38,14 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("clauses", help="list the clauses and what each promises")
 
-    dif = sub.add_parser("diff", help="regression table between two results dirs; exit 1 on regression")
+    dif = sub.add_parser("diff", help="regression table between two results dirs; exit 1 on a regression or "
+                                      "lost coverage, 2 when a side cannot be read")
     dif.add_argument("base", type=Path)
     dif.add_argument("head", type=Path)
+    dif.add_argument("--allow-lost", action="store_true",
+                     help="cells gone and clauses no longer reaching a verdict are reported, not failed")
+    dif.add_argument("--format", choices=["markdown", "json"], default="markdown",
+                     help="markdown (a job summary) or json")
 
     cert = sub.add_parser("certify", help="run a product's claimed profiles and write a bundle")
     cert.add_argument("--product", type=Path, required=True, help="PRODUCT.yaml")
@@ -147,9 +152,14 @@ def _clauses(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     from conformance.report import diff
 
-    result = diff.compare(args.base, args.head)
-    print(diff.markdown(result), end="")
-    return 1 if result.regressed else 0
+    try:
+        result = diff.compare(args.base, args.head)
+    except diff.DiffInputError as exc:
+        print(f"kvconform diff: {exc}", file=sys.stderr)
+        return 2
+    render = diff.as_json if args.format == "json" else diff.markdown
+    print(render(result, args.allow_lost), end="")
+    return 1 if result.failed(args.allow_lost) else 0
 
 
 def _certify(args: argparse.Namespace) -> int:

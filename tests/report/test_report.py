@@ -63,6 +63,54 @@ def test_diff_cli_exit_codes(two_runs):
     assert subprocess.run(cmd + [str(head), str(head)], capture_output=True).returncode == 0
 
 
+def _diff_cli(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "conformance.cli", "diff", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_diff_rows_carry_the_failure_message_and_the_repro_command(two_runs):
+    text = diff.markdown(diff.compare(*two_runs))
+    row = next(line for line in text.splitlines() if "`format_isolation`" in line)
+    assert "[format_isolation] </script><b>x</b>" in row and "`python -m pytest --pyargs conformance --kv-store=store(a)`" in row
+
+
+@pytest.mark.parametrize("make_head, says", [
+    (lambda d: d / "nowhere", "does not exist"),
+    (lambda d: (d / "empty").mkdir() or d / "empty", "no results files"),
+    (lambda d: (d / "file").write_text("x") and d / "file", "not a directory"),
+])
+def test_diff_fails_closed_on_a_head_with_nothing_to_compare(two_runs, tmp_path, make_head, says):
+    proc = _diff_cli(two_runs[0], make_head(tmp_path))
+    assert proc.returncode == 2 and says in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_diff_fails_closed_on_a_truncated_file_and_an_unknown_status(two_runs):
+    base, head = two_runs
+    path = next(head.glob("store_a_.json"))
+    path.write_text(path.read_text()[:200])
+    proc = _diff_cli(base, head)
+    assert proc.returncode == 2 and "unreadable or truncated results file" in proc.stderr, proc.stderr
+    write_cell(head, "store(a)", {"format_isolation": "Kaput"})
+    proc = _diff_cli(base, head)
+    assert proc.returncode == 2 and "unknown status 'Kaput'" in proc.stderr, proc.stderr
+
+
+def test_lost_coverage_fails_the_gate_unless_allowed(tmp_path):
+    base, head = tmp_path / "base", tmp_path / "head"
+    write_cell(base, "store(a)", {})
+    write_cell(base, "store(b)", {"stride_contract": "Fail"}, "[stride_contract] broken")
+    write_cell(head, "store(a)", {"scales_roundtrip": "Disabled"})
+    write_cell(head, "store(b)", {"stride_contract": "Not runnable"}, "Not runnable: gone quiet")
+    result = diff.compare(base, head)
+    assert not result.regressed and [(c.cell, c.clause, c.head) for c in result.lost] == [
+        ("store(a) [quick]", "scales_roundtrip", "Disabled"), ("store(b) [quick]", "stride_contract", "Not runnable")]
+    assert _diff_cli(base, head).returncode == 1 and "COVERAGE LOST" in _diff_cli(base, head).stdout
+    assert _diff_cli(base, head, "--allow-lost").returncode == 0
+    assert json.loads(_diff_cli(base, head, "--format", "json").stdout)["failed"] is True
+    (head / "store_b_.json").unlink()  # a cell gone is lost coverage too
+    assert diff.compare(base, head).cells_gone == ["store(b) [quick]"] and _diff_cli(base, head).returncode == 1
+
+
 def test_markdown_and_json(two_runs, tmp_path):
     matrix = report.render(two_runs[1], tmp_path / "out")
     assert report.any_red(matrix)
