@@ -8,6 +8,15 @@ def raising_factory(workdir):
     raise RuntimeError("server unreachable")
 
 
+PLANTED = ("S3CRET-IN-URL", "S3CRET-IN-PAIR", "S3CRET-IN-QUERY")
+
+
+def secret_leaking_factory(workdir):
+    """A store whose error message carries credentials, as a client library's often does."""
+    raise RuntimeError(f"cannot reach redis://svc:{PLANTED[0]}@10.0.0.1:6379/0 (password={PLANTED[1]}); "
+                       f"tried https://kv.example.invalid/x?token={PLANTED[2]}")
+
+
 def not_runnable_factory(workdir):
     raise StoreNotRunnable("LMCache 0.1.3 has no lmcache.v1.storage_backend.local_cpu_backend.LocalCPUBackend")
 

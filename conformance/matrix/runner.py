@@ -81,13 +81,17 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -
     if failed is None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {})}
         output, problem = _run_pytest(cmd, out, log, cell.tier.timeout_s, env)
+        for written in (log, junit):  # pytest's own files carry what a connector or store printed
+            if written.exists():
+                written.write_text(results.redact_text(written.read_text(errors="replace")))
+        output = results.redact_text(output)
     else:
         output, problem = failed.log, failed.reason
         log.write_text(output)
     doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
     shown = "python" if python == sys.executable else os.path.relpath(python)
     command = " ".join([shown, *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml")
-    doc["cell"] = _cell_record(cell, stack, command, time.monotonic() - started)
+    doc["cell"] = _cell_record(cell, stack, results.redact_text(command), time.monotonic() - started)
     apply_expectations(doc, cell)
     results.write(out, doc)
     return doc

@@ -93,7 +93,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         return None
     from conformance import __version__
     from conformance.verdict.profiles import describe
-    from conformance.verdict.results import package_versions
+    from conformance.verdict.results import package_versions, redact
 
     lines = [f"kvconform {__version__}: Hypothesis profile {describe(state.profile)}"]
     if state.choice is not None:
@@ -107,7 +107,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if state.kv_cache_dtypes:
         lines.append(f"kvconform kv_cache_dtypes: {', '.join(state.kv_cache_dtypes)}")
     lines.append("kvconform versions: " + ", ".join(f"{k} {v}" for k, v in package_versions().items()))
-    env = {k: v for k, v in os.environ.items() if k.startswith("KVCONFORM_")}
-    if env:  # printed so that a typo in a variable name is visible
+    env = redact({k: v for k, v in os.environ.items() if k.startswith("KVCONFORM_")})
+    if env:  # printed so that a typo in a variable name is visible; values are redacted
         lines.append("kvconform env: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))
     return lines

@@ -119,13 +119,32 @@ def environment() -> dict[str, Any]:
     }
 
 
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@", re.I)
-_SECRET_KEY = re.compile(r"pass(word)?|secret|token|api[_-]?key|credential|auth", re.I)
+# A secret-looking name: of a mapping key, a query parameter, or a ``name=value`` / ``name: value``
+# pair inside a string (an error message, a command line, a JSON string).
+_SECRET_NAME = (r"(?<![a-z0-9])(?:(?:pass(?:word|wd)?|secrets?|tokens?|api[_-]?key|apikey|credentials?"
+                r"|auth(?:orization|[_-]?token)?|private[_-]?key|access[_-]?key|secret[_-]access[_-]key|sas|sig"
+                r"|signature)(?![a-z0-9])|key(?![a-z0-9_]))")
+_SECRET_KEY = re.compile(_SECRET_NAME, re.I)
+# URL user-info: everything between "scheme://user:" and the last "@" before the host (a password
+# may hold "/" or ":"); masking too much is the safe side.
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s'\"]*):(?P<pw>[^\s'\"]+)@", re.I)
+_QUERY_SECRET = re.compile(rf"(?P<name>[?&;][a-z0-9_.-]*?(?:{_SECRET_NAME})=)[^&;#\s'\"]+", re.I)
+_PAIR_SECRET = re.compile(rf"(?P<name>[\"']?[a-z0-9_.-]*?(?:{_SECRET_NAME})[\"']?\s*[:=]\s*[\"']?(?:bearer\s+|basic\s+)?)"
+                          rf"(?P<value>[^\s\"',;&}}]+)", re.I)
 REDACTED = "***"
 
 
+def redact_text(text: str) -> str:
+    """``text`` with URL passwords, secret query parameters and ``secret=value`` pairs masked."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", text)
+    text = _QUERY_SECRET.sub(lambda m: f"{m['name']}{REDACTED}", text)
+    return _PAIR_SECRET.sub(lambda m: m["name"] + (m["value"] if m["value"] == REDACTED else REDACTED), text)
+
+
 def redact(value: Any, key: str = "") -> Any:
-    """``value`` with secrets masked: URL passwords, and values under secret-looking keys."""
+    """``value`` with secrets masked: values under secret-looking keys, and in every string what
+    ``redact_text`` masks. Every sink the suite writes (results, cell commands, the pytest header,
+    reports) goes through it."""
     if isinstance(value, dict):
         return {k: redact(v, str(k)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -133,7 +152,7 @@ def redact(value: Any, key: str = "") -> Any:
     if isinstance(value, str):
         if key and _SECRET_KEY.search(key):
             return REDACTED
-        return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
+        return redact_text(value)
     return value
 
 

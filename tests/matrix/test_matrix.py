@@ -60,6 +60,25 @@ def test_malformed_matrix_is_one_line(tmp_path, text, says):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and says in proc.stderr
 
 
+def test_planted_secrets_reach_no_file_a_run_writes(tmp_path, monkeypatch):
+    # A store error with credentials in a URL, a password=... pair and a query token; a variable
+    # the pytest header prints. Results, log, JUnit and every report file must mask them all.
+    from tests.stores_for_tests import PLANTED
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("KVCONFORM_REDIS_URL", "redis://svc:S3CRET-IN-ENV@h:1")
+    cell = Cell("leaky", "store", ("--kv-store=tests.stores_for_tests:secret_leaking_factory",), Tier("quick", "ci", 300))
+    doc = runner.run_cell(cell, tmp_path)
+    assert {t["status"] for t in doc["tests"]} == {"Error"}, doc["tests"]
+    report.render(tmp_path, tmp_path / "report")
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {p.suffix for p in written} >= {".json", ".log", ".xml", ".md", ".html"}
+    for path in written:
+        text = path.read_text(errors="replace")
+        assert not [s for s in (*PLANTED, "S3CRET-IN-ENV") if s in text], f"{path.name} leaks a secret"
+    assert "redis://svc:***@" in json.dumps(doc)
+
+
 def test_unknown_tier(tmp_path):
     with pytest.raises(MatrixError, match="tier 'nightly' is not defined; valid: quick"):
         matrix.load(write(tmp_path, GOOD)).cells("nightly")
