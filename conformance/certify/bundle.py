@@ -9,12 +9,13 @@ README with reproduction steps, and a manifest with the SHA-256 of every file.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from conformance import __version__
 from conformance.certify.golden import SHIPPED_GOLDEN, Badge, Golden, load_golden, load_product, test_id
@@ -30,6 +31,31 @@ CERTIFY_PROFILE = "certify"  # the Hypothesis profile: derandomized, recorded
 
 def results_name(badge: str) -> str:
     return f"results-{badge}.json"
+
+
+def run_problems(badge: Badge, doc: dict[str, Any], connector: str) -> list[str]:
+    """Why ``doc`` is not a certification run of ``badge`` on ``connector``, whatever its verdicts:
+    the checks certify and verify share, so that certify never calls ELIGIBLE what verify rejects."""
+    problems = []
+    if doc.get("profile") != CERTIFY_PROFILE:
+        problems.append(f"ran under Hypothesis profile {doc.get('profile')!r}, not {CERTIFY_PROFILE!r}")
+    if (doc.get("store") or {}).get("target") != connector:
+        problems.append(f"tested {doc.get('store', {}).get('target')!r}, but PRODUCT.yaml names connector {connector!r}")
+    want_dtypes = list(badge.kv_cache_dtypes) if badge.kv_cache_dtypes else None
+    if doc.get("kv_cache_dtypes") != want_dtypes:
+        problems.append(f"ran kv_cache_dtypes {doc.get('kv_cache_dtypes')}, badge {badge.name} requires {want_dtypes}")
+    return problems
+
+
+# Variables that change what a pytest run of the suite runs: a certification run refuses them
+# rather than record a run its verifier would reject.
+OVERRIDES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "HYPOTHESIS_PROFILE")
+OVERRIDE_PREFIX = "KVCONFORM_"
+
+
+def overrides(environ: Mapping[str, str]) -> list[str]:
+    """The variables in ``environ`` that would change what a certification run runs."""
+    return sorted(k for k in environ if k in OVERRIDES or k.startswith(OVERRIDE_PREFIX))
 
 
 def required_problems(badge: Badge, doc: dict[str, Any] | None) -> list[str]:
@@ -133,6 +159,11 @@ def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print
             argv: list[str] | None = None) -> int:
     golden = load_golden()
     product = load_product(product_path, golden)
+    changed = overrides(os.environ)
+    if changed:
+        say(f"kvconform certify: {', '.join(changed)} set: it changes what the required tests run; "
+            "a certification run takes none (unset it)")
+        return 2
     if out.exists() and any(out.iterdir()):
         say(f"kvconform certify: {out} is not empty; choose a new directory")
         return 2
@@ -144,9 +175,12 @@ def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print
         cmd = suite_command([f"--kv-store={product['connector']}"], CERTIFY_PROFILE, res, junit, badge.kv_cache_dtypes)
         say(f"kvconform certify: badge {name}: running {len(badge.required)} required tests")
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        log.write_text(proc.stdout + proc.stderr)
+        log.write_text(results.redact_text(proc.stdout + proc.stderr))  # shipped: no secret in it
+        if junit.exists():
+            junit.write_text(results.redact_text(junit.read_text(errors="replace")))
         doc = json.loads(res.read_text()) if res.exists() else None
         problems += required_problems(badge, doc)
+        problems += [f"badge {name}: {p}" for p in run_problems(badge, doc, product["connector"])] if doc else []
         per_badge.append("    " + shlex.join(["python", *cmd[1:]]).replace(str(out) + "/", ""))
     _write_bundle(out, product_path, product, golden, problems, per_badge, argv or sys.argv)
     for problem in problems:

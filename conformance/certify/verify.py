@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import __version__
-from conformance.certify.bundle import CERTIFY_PROFILE, MANIFEST, required_problems, results_name, sha256_file
+from conformance.certify.bundle import MANIFEST, required_problems, results_name, run_problems, sha256_file
 from conformance.certify.golden import SHIPPED_GOLDEN, GoldenError, load_golden, load_product
 from conformance.verdict.status import is_red
 
@@ -68,15 +68,7 @@ def _badge_problems(bundle: Path, badge: Any, product: dict[str, Any], made_with
     problems = [f"{path.name}: {p}" for p in required_problems(badge, doc)]
     if doc.get("suite_version") != made_with:
         problems.append(f"{path.name}: suite_version {doc.get('suite_version')}, but environment.json says {made_with}")
-    if doc.get("profile") != CERTIFY_PROFILE:
-        problems.append(f"{path.name}: ran under Hypothesis profile {doc.get('profile')!r}, not {CERTIFY_PROFILE!r}")
-    if (doc.get("store") or {}).get("target") != product["connector"]:
-        problems.append(f"{path.name}: tested {doc.get('store', {}).get('target')!r}, but PRODUCT.yaml "
-                        f"names connector {product['connector']!r}")
-    want_dtypes = list(badge.kv_cache_dtypes) if badge.kv_cache_dtypes else None
-    if doc.get("kv_cache_dtypes") != want_dtypes:
-        problems.append(f"{path.name}: ran kv_cache_dtypes {doc.get('kv_cache_dtypes')}, badge "
-                        f"{badge.name} requires {want_dtypes}")
+    problems += [f"{path.name}: {p}" for p in run_problems(badge, doc, product["connector"])]
     problems += _junit_problems(bundle / f"junit-{badge.name}.xml", doc)
     return problems
 

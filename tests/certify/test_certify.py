@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,13 +23,23 @@ PRODUCT = {"vendor": "kvconform project", "name": "file store", "version": "0.1.
            "badges": ["core", "fp8"]}
 
 
-def certify(tmp: Path, **changes) -> tuple[subprocess.CompletedProcess, Path]:
+def certify(tmp: Path, env: dict[str, str] | None = None, **changes) -> tuple[subprocess.CompletedProcess, Path]:
     product = tmp / "PRODUCT.yaml"
     product.write_text(yaml.safe_dump({**PRODUCT, **changes}))
     out = tmp / "bundle"
     proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--product", str(product),
-                           "--out", str(out)], capture_output=True, text=True, cwd=REPO)
+                           "--out", str(out)], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, **(env or {})})
     return proc, out
+
+
+@pytest.mark.parametrize("variable, value", [("PYTEST_ADDOPTS", "--kv-cache-dtypes=auto"),
+                                             ("KVCONFORM_STORE", "conformance.stores.memory:make_store")])
+def test_certify_refuses_what_would_change_the_run(tmp_path, variable, value):
+    # With PYTEST_ADDOPTS narrowing the dtype axis, a store failing `core` printed ELIGIBLE before.
+    proc, out = certify(tmp_path, env={variable: value})
+    assert proc.returncode == 2 and f"{variable} set" in proc.stdout, proc.stdout + proc.stderr
+    assert not out.exists()
 
 
 @pytest.fixture(scope="module")
