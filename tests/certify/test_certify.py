@@ -144,7 +144,7 @@ def test_golden_list_with_a_vanished_test_fails(tmp_path):
     path = tmp_path / "golden.yaml"
     path.write_text((REPO / "conformance/certify/required-tests.yaml").read_text()
                     .replace("store:shape_preserved", "store:shape_kept"))
-    with pytest.raises(GoldenError, match=r"badges.core.required\[2\]: expected a test id of this suite \(tier:clause\), got 'store:shape_kept'"):
+    with pytest.raises(GoldenError, match=r"badges.core.required\[2\]: expected a test id of this suite \(level:clause\), got 'store:shape_kept'"):
         load_golden(path)
 
 
