@@ -14,19 +14,34 @@ import torch
 
 from conformance.contract.spec import KVSpec
 from conformance.contract.store import KVEntry, logical_bytes
-from conformance.verdict.clauses import CLAUSES, running_clause
+from conformance.verdict.clauses import CLAUSES, running
+
+
+def running_clause_or_none() -> str | None:
+    test = running()
+    return test.clause if test is not None else None
 
 
 class ClauseViolation(AssertionError):
     """The subject broke a clause: a conformance *Fail*, as opposed to a harness *Error*.
 
-    The clause is the running clause test's (``clause`` names it only outside one).
+    ``ClauseViolation(detail)`` names the clause of the test running now; ``ClauseViolation(clause,
+    detail)`` names it outright, and must agree with the running test (a typo would file the
+    message under another clause: it is the suite's own error).
     """
 
-    def __init__(self, detail: str, clause: str | None = None) -> None:
-        clause = clause or running_clause()
-        if clause not in CLAUSES:  # a typo would file the message under no clause
-            raise ValueError(f"ClauseViolation names no clause: {clause!r}; valid: {', '.join(CLAUSES)}")
+    def __init__(self, *parts: str, clause: str | None = None) -> None:
+        if len(parts) == 2:
+            clause, detail = parts
+        elif len(parts) == 1:
+            (detail,) = parts
+        else:
+            raise TypeError("ClauseViolation(detail) or ClauseViolation(clause, detail)")
+        running = running_clause_or_none()
+        clause = clause or running
+        if clause not in CLAUSES or (running is not None and clause != running):
+            raise ValueError(f"ClauseViolation names clause {clause!r}, but the test running is {running!r}; "
+                             f"valid: {', '.join(CLAUSES)}")
         super().__init__(f"[{clause}] {detail}")
         self.clause = clause
         self.detail = detail
@@ -37,16 +52,16 @@ def assert_equal(what: str, actual: Any, expected: Any, *, clause: str | None = 
     __tracebackhide__ = True
     if actual != expected:
         suffix = f" [{context}]" if context else ""
-        raise ClauseViolation(f"{what}={actual!r}, but should be {expected!r}{suffix}", clause)
+        raise ClauseViolation(f"{what}={actual!r}, but should be {expected!r}{suffix}", clause=clause)
 
 
 def assert_hit(got: KVEntry | None, *, clause: str | None = None, key: str, spec: KVSpec) -> KVEntry:
     """The store returned an entry for (key, spec) that it was given."""
     __tracebackhide__ = True
     if got is None:
-        raise ClauseViolation(f"get({key!r}, {spec.describe()}) returned None right after put", clause)
+        raise ClauseViolation(f"get({key!r}, {spec.describe()}) returned None right after put", clause=clause)
     if not isinstance(got, KVEntry):
-        raise ClauseViolation(f"get returned {type(got).__name__}, but should return KVEntry or None", clause)
+        raise ClauseViolation(f"get returned {type(got).__name__}, but should return KVEntry or None", clause=clause)
     return got
 
 
@@ -60,7 +75,7 @@ def assert_same_bytes(actual: torch.Tensor, expected: torch.Tensor, *, clause: s
     if got == want:
         return
     if len(got) != len(want):
-        raise ClauseViolation(f"content is {len(got)} bytes, but should be {len(want)} bytes [{context}]", clause)
+        raise ClauseViolation(f"content is {len(got)} bytes, but should be {len(want)} bytes [{context}]", clause=clause)
     itemsize = expected.element_size()
     a = np.frombuffer(got, dtype=np.uint8).reshape(-1, itemsize)
     b = np.frombuffer(want, dtype=np.uint8).reshape(-1, itemsize)
@@ -69,7 +84,7 @@ def assert_same_bytes(actual: torch.Tensor, expected: torch.Tensor, *, clause: s
     index = tuple(int(i) for i in np.unravel_index(first, tuple(expected.shape)))
     raise ClauseViolation((
         f"element {index} is 0x{_hex(a[first])}, but should be 0x{_hex(b[first])} "
-        f"({len(differs)} of {len(a)} elements differ) [{context}]"), clause)
+        f"({len(differs)} of {len(a)} elements differ) [{context}]"), clause=clause)
 
 
 def _hex(element_bytes: np.ndarray) -> str:

@@ -145,14 +145,6 @@ def running() -> RunningTest | None:
     return _RUNNING.get()
 
 
-def running_clause() -> str:
-    """The clause of the test running now: what a violation found there breaks."""
-    test = _RUNNING.get()
-    if test is None:
-        raise RuntimeError("no kvconform clause test is running (is the kvconform plugin loaded?)")
-    return test.clause
-
-
 def count_example() -> None:
     test = _RUNNING.get()
     if test is not None:

@@ -42,14 +42,14 @@ def _costly(test):
 
 
 @contextmanager
-def _connector_faults_fail() -> Iterator[None]:
+def _connector_faults_fail(clause_id: str) -> Iterator[None]:
     """An exception from the connector's own hooks is the connector's failure (Fail), with its words."""
     try:
         yield
     except LayoutRefused:
         reject()  # a layout this connector declines up front is not one vLLM would give it
     except ConnectorRaised as exc:
-        raise ClauseViolation(f"the connector raised in {exc}") from exc
+        raise ClauseViolation(clause_id, f"the connector raised in {exc}") from exc
 
 
 def _draw_case(data: st.DataObject, api, *, dtypes=None, min_len: int = 1, min_neighbour_len: int = 1):
@@ -79,10 +79,10 @@ def _drawn_fills(data: st.DataObject, dtype: str, load_dtype: str | None = None)
     return filler(data, dtype), filler(data, load_dtype or dtype)
 
 
-def _drawn_roundtrip(api, data: st.DataObject) -> tuple[Run, Run]:
+def _drawn_roundtrip(api, data: st.DataObject, cid: str) -> tuple[Run, Run]:
     """A drawn case (block size, dtype, layout, prompts) stored, then loaded under the same prompt."""
     block_size, dtype, layout, ps = _draw_case(data, api)
-    with _connector_faults_fail():
+    with _connector_faults_fail(cid):
         return _store_and_load(api, _drawn_fills(data, dtype), block_size=block_size, layout=layout,
                                stored=ps.stored, load=ps.stored, dtype=dtype, neighbour=ps.neighbour)
 
@@ -99,12 +99,12 @@ def test_requirements(connector_api):
     connector = connector_api.connector
     module = connector.module_path or registered_module(connector.name)
     if module is None:
-        raise ClauseViolation(f"{connector.name!r} is not a connector the installed vLLM "
-                              "registers; pass 'package.module:ClassName' for an external one")
+        raise ClauseViolation("api_requirements", f"{connector.name!r} is not a connector the installed vLLM "
+                                                  "registers; pass 'package.module:ClassName' for an external one")
     missing = check_requirements(module)
     if missing:
-        raise ClauseViolation(f"{module} needs {len(missing)} name(s) the installed vLLM "
-                              "lacks: " + "; ".join(map(str, missing)))
+        raise ClauseViolation("api_requirements", f"{module} needs {len(missing)} name(s) the installed vLLM "
+                                                  "lacks: " + "; ".join(map(str, missing)))
 
 
 @clause("api_save_load_roundtrip")
@@ -115,27 +115,29 @@ def test_save_load_roundtrip(connector_api):
 
 def _loads_something(api) -> None:
     """A long prompt in the most common layout: a connector that never loads is not conformant."""
+    cid = "api_save_load_roundtrip"
     ps = unique_prompts(api.vocab_size, 8 * 32 + 1, seed=1)
     prompt = ps.stored
-    with _connector_faults_fail():
+    with _connector_faults_fail(cid):
         _, load = _store_and_load(api, (seeded_fill(1), seeded_fill(2)), block_size=32,
                                   layout=api.era.layouts()[0], stored=prompt, load=prompt, dtype="auto",
                                   neighbour=ps.neighbour)
     if load.external_tokens.get("load", 0) <= 0:
-        raise ClauseViolation(f"the second connector pair loaded nothing for a {len(prompt)}-token prompt "
-                              f"the first pair had saved {_where(load, 'probe')}: the connector "
-                              "saves or loads nothing")
+        raise ClauseViolation(cid, f"the second connector pair loaded nothing for a {len(prompt)}-token prompt "
+                                   f"the first pair had saved {_where(load, 'probe')}: the connector "
+                                   "saves or loads nothing")
 
 
 @count_examples
 @_costly
 @given(data=st.data())
 def _roundtrip_examples(connector_api, data):
-    store, load = _drawn_roundtrip(connector_api, data)
+    cid = "api_save_load_roundtrip"
+    store, load = _drawn_roundtrip(connector_api, data, cid)
     n = load.external_tokens.get("load", 0)
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
-        raise ClauseViolation(f"loaded bytes differ from the saved ones {_where(load, f'{n} tokens loaded')}: "
+        raise ClauseViolation(cid, f"loaded bytes differ from the saved ones {_where(load, f'{n} tokens loaded')}: "
                                    + "; ".join(problems))
 
 
@@ -143,43 +145,46 @@ def _roundtrip_examples(connector_api, data):
 @_costly
 @given(data=st.data())
 def test_no_collateral_writes(connector_api, data):
-    store, load = _drawn_roundtrip(connector_api, data)
+    cid = "api_no_collateral_writes"
+    store, load = _drawn_roundtrip(connector_api, data, cid)
     saved = checks.changed_blocks(store, range(store.num_blocks))
     if saved:
-        raise ClauseViolation(f"saving changed the paged cache {_where(store, 'store run')}: "
+        raise ClauseViolation(cid, f"saving changed the paged cache {_where(store, 'store run')}: "
                                    + "; ".join(saved))
     foreign = checks.changed_blocks(load, checks.unowned_blocks(load, "load"))
     if foreign:
-        raise ClauseViolation("loading wrote outside the loaded request's blocks "
-                              f"{load.blocks.get('load')} (neighbour's: {load.blocks.get('neighbour')}) "
-                              f"{_where(load, 'load run')}: " + "; ".join(foreign))
+        raise ClauseViolation(cid, "loading wrote outside the loaded request's blocks "
+                                   f"{load.blocks.get('load')} (neighbour's: {load.blocks.get('neighbour')}) "
+                                   f"{_where(load, 'load run')}: " + "; ".join(foreign))
 
 
 @clause("api_partial_prefix")
 @_costly
 @given(data=st.data())
 def test_partial_prefix(connector_api, data):
+    cid = "api_partial_prefix"
     block_size, dtype, layout, ps = _draw_case(data, connector_api, min_len=2)
     k = data.draw(st.integers(0, len(ps.stored) - 1), label="shared_tokens")
     partial = ps.diverging(k, tail_len=data.draw(st.integers(1, 2 * block_size), label="tail_len"))
-    with _connector_faults_fail():
+    with _connector_faults_fail(cid):
         store, load = _store_and_load(connector_api, _drawn_fills(data, dtype), block_size=block_size,
                                       layout=layout, stored=ps.stored, load=partial, dtype=dtype,
                                       neighbour=ps.neighbour)
     n = load.external_tokens.get("load", 0)
     what = f"{k} of {len(ps.stored)} tokens shared, {n} loaded"
     if n > k:
-        raise ClauseViolation(f"loaded {n} tokens for a prompt that shares only its first {k} with the "
-                              f"stored one: tokens {k}..{n - 1} are another prompt's KV {_where(load, what)}")
+        raise ClauseViolation(cid, f"loaded {n} tokens for a prompt that shares only its first {k} with the "
+                                   f"stored one: tokens {k}..{n - 1} are another prompt's KV {_where(load, what)}")
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
-        raise ClauseViolation(f"the shared prefix loaded other bytes {_where(load, what)}: " + "; ".join(problems))
+        raise ClauseViolation(cid, f"the shared prefix loaded other bytes {_where(load, what)}: " + "; ".join(problems))
 
 
 @clause("api_concurrent_loads")
 @_costly
 @given(data=st.data())
 def test_concurrent_loads(connector_api, data):
+    cid = "api_concurrent_loads"
     # Both prompts span whole blocks of every block size, so each has KV to load in every example.
     span = max(BLOCK_SIZES)
     block_size, dtype, layout, ps = _draw_case(data, connector_api, min_len=span, min_neighbour_len=span)
@@ -188,7 +193,7 @@ def test_concurrent_loads(connector_api, data):
     batch = [("first", ps.stored), ("second", ps.neighbour)]
     storage = f"concurrent-{uuid.uuid4().hex[:12]}"
     fills = _drawn_fills(data, dtype)
-    with _connector_faults_fail():
+    with _connector_faults_fail(cid):
         store = connector_api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=batch,
                                   fill=fills[0], storage=storage)
         load = connector_api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
@@ -198,20 +203,21 @@ def test_concurrent_loads(connector_api, data):
         problems = checks.loaded_differences(store, rid, load, rid, n)
         if problems:
             loaded = {r: load.external_tokens.get(r, 0) for r, _ in batch}
-            raise ClauseViolation(f"of {len(batch)} requests loading in one step ({loaded} tokens), the "
-                                  f"{rid} request's loaded bytes differ from what it saved "
-                                  f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
+            raise ClauseViolation(cid, f"of {len(batch)} requests loading in one step ({loaded} tokens), the "
+                                       f"{rid} request's loaded bytes differ from what it saved "
+                                       f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
 
 
 @clause("api_damaged_storage")
 @pytest.mark.parametrize("dtype", ["auto", "fp8_e5m2"])
 def test_damaged_storage(connector_api, dtype):
+    cid = "api_damaged_storage"
     if dtype not in active_kv_cache_dtypes():
         pytest.skip(f"kv_cache_dtype {dtype} is not in --kv-cache-dtypes")
     api, block_size, layout = connector_api, 32, connector_api.era.layouts()[0]
     ps = unique_prompts(api.vocab_size, 8 * block_size + 1, seed=2)
     storage = f"damaged-{uuid.uuid4().hex[:12]}"
-    with _connector_faults_fail():
+    with _connector_faults_fail(cid):
         store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
                         requests=[("stored", ps.stored)], fill=seeded_fill(3), storage=storage)
     try:
@@ -223,15 +229,15 @@ def test_damaged_storage(connector_api, dtype):
                        requests=[("neighbour", ps.neighbour), ("load", ps.stored)], fill=seeded_fill(4),
                        storage=storage)
     except ConnectorRaised as exc:
-        raise ClauseViolation(f"after the suite {how}, the connector raised in {exc} instead of "
-                              "reporting the damaged blocks (get_block_ids_with_load_errors): in an "
-                              "engine that exception kills the worker and every request with it") from exc
+        raise ClauseViolation(cid, f"after the suite {how}, the connector raised in {exc} instead of "
+                                   "reporting the damaged blocks (get_block_ids_with_load_errors): in an "
+                                   "engine that exception kills the worker and every request with it") from exc
     n = load.external_tokens.get("load", 0)
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
-        raise ClauseViolation(f"after the suite {how}, the connector loaded {n} tokens and reported "
-                              f"{len(load.load_errors)} failed block(s): it served damaged bytes as KV "
-                              f"{_where(load, 'load after damage')}: " + "; ".join(problems))
+        raise ClauseViolation(cid, f"after the suite {how}, the connector loaded {n} tokens and reported "
+                                   f"{len(load.load_errors)} failed block(s): it served damaged bytes as KV "
+                                   f"{_where(load, 'load after damage')}: " + "; ".join(problems))
 
 
 @clause("api_format_isolation")
@@ -246,15 +252,16 @@ def test_format_isolation(connector_api):
 @_costly
 @given(data=st.data())
 def _format_isolation_examples(connector_api, twins, data):
+    cid = "api_format_isolation"
     block_size, dtype, layout, ps = _draw_case(data, connector_api, dtypes=st.sampled_from(twins),
                                                min_len=2 * max(BLOCK_SIZES))
     twin = TWINS[dtype]
-    with _connector_faults_fail():
+    with _connector_faults_fail(cid):
         store, load = _store_and_load(connector_api, _drawn_fills(data, dtype, twin), block_size=block_size,
                                       layout=layout, stored=ps.stored, load=ps.stored, dtype=dtype,
                                       load_dtype=twin, neighbour=ps.neighbour)
     n = load.external_tokens.get("load", 0)
     failed = set(load.blocks.get("load", ())[: -(-n // block_size)]) <= load.load_errors
     if n > 0 and not failed:
-        raise ClauseViolation(f"a {twin} connector pair loaded {n} tokens that a {dtype} pair stored: "
-                              f"it was served the other format's bytes {_where(load, 'twin load')}")
+        raise ClauseViolation(cid, f"a {twin} connector pair loaded {n} tokens that a {dtype} pair stored: "
+                                   f"it was served the other format's bytes {_where(load, 'twin load')}")

@@ -28,45 +28,45 @@ def _not_runnable(exc: NotRunnable):
     pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
 
 
-def _connector_run(cell, role):
+def _connector_run(cell, role, clause_id):
     """A connector engine's run; its failure is the connector's (Fail), with the engine's log."""
     engine = cell.run(role)
     if not engine.ok:
         if engine.timed_out:
             raise HarnessError(engine.describe_failure())
-        raise ClauseViolation(f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
+        raise ClauseViolation(clause_id, f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
     return engine
 
 
-def _identical(cell, got, want, batches, what, skip_failed=False):
+def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
     """Raise unless ``got``'s outputs match ``want``'s; ``skip_failed`` exempts requests the engine
     failed (finish_reason "error"): a clear failure, not an output."""
     problems = [p for b in batches
                 for p in compare_runs(got, want, b, comparison_tolerance(want, cell.batches[b]), skip_failed)]
     if problems:
-        raise ClauseViolation(f"{what} differs from the no-connector baseline in "
-                              f"{len(problems)} request(s): " + "; ".join(problems[:3]))
+        raise ClauseViolation(clause_id, f"{what} differs from the no-connector baseline in "
+                                         f"{len(problems)} request(s): " + "; ".join(problems[:3]))
 
 
-def _stored_then_loaded(cell):
+def _stored_then_loaded(cell, clause_id):
     """(baseline, load) runs, after the store engine ran; Not runnable when vLLM cannot run the cell."""
     try:
         base = cell.baseline()
     except NotRunnable as exc:
         _not_runnable(exc)
-    _connector_run(cell, "store")
-    return base, _connector_run(cell, "load")
+    _connector_run(cell, "store", clause_id)
+    return base, _connector_run(cell, "load", clause_id)
 
 
 @clause("engine_store_then_load")
 def test_engine_store_then_load(cell):
-    base, load = _stored_then_loaded(cell)
+    base, load = _stored_then_loaded(cell, "engine_store_then_load")
     hits = external_hits(load)
     if hits <= 0:
-        raise ClauseViolation(
+        raise ClauseViolation("engine_store_then_load", (
             f"engine B loaded nothing: 0 external prefix-cache hits over {len(load.result['requests'])} "
-            f"requests whose prefixes engine A served; {cell.connector.label} silently did nothing")
-    _identical(cell, load, base, ["extends", "boundaries", "concurrent"],
+            f"requests whose prefixes engine A served; {cell.connector.label} silently did nothing"))
+    _identical(cell, load, base, ["extends", "boundaries", "concurrent"], "engine_store_then_load",
                f"engine B ({hits:g} external hit tokens)")
 
 
@@ -78,17 +78,17 @@ def test_engine_effective_dtype(cell):
         _not_runnable(exc)
     want = KVSpec(kv_cache_dtype=cell.kv_cache_dtype, model_dtype="bfloat16").storage_dtype
     for role in ("store", "load"):
-        engine = _connector_run(cell, role)
+        engine = _connector_run(cell, role, "engine_effective_dtype")
         resolved = engine.result["resolved"]
         if resolved["cache_dtype"] != cell.kv_cache_dtype:
-            raise ClauseViolation(
+            raise ClauseViolation("engine_effective_dtype", (
                 f"engine {role}: vLLM resolved cache_dtype={resolved['cache_dtype']!r}, but "
-                f"{cell.kv_cache_dtype!r} was requested (a silent fallback)")
+                f"{cell.kv_cache_dtype!r} was requested (a silent fallback)"))
         tensor = resolved["kv_tensor_dtype"]
         if not tensor.startswith("unknown") and tensor != str(want):
-            raise ClauseViolation(
+            raise ClauseViolation("engine_effective_dtype", (
                 f"engine {role}: KV tensors are {tensor}, but kv_cache_dtype={cell.kv_cache_dtype} "
-                f"stores {want}")
+                f"stores {want}"))
 
 
 @clause("engine_format_isolation")
@@ -98,30 +98,30 @@ def test_engine_format_isolation(cell):
         twin_base = cell.baseline("twin_baseline")
     except NotRunnable as exc:
         _not_runnable(exc)
-    _connector_run(cell, "store")
+    _connector_run(cell, "store", "engine_format_isolation")
     twin = cell.run("twin_load")
     if not twin.ok:
-        raise ClauseViolation(
+        raise ClauseViolation("engine_format_isolation", (
             f"an engine with kv_cache_dtype={cell.twin_dtype} over storage written with "
-            f"{cell.kv_cache_dtype} crashed instead of missing: {twin.describe_failure()}")
+            f"{cell.kv_cache_dtype} crashed instead of missing: {twin.describe_failure()}"))
     hits = external_hits(twin)
     if hits > 0:
-        _identical(cell, twin, twin_base, ["extends", "boundaries", "concurrent"],
+        _identical(cell, twin, twin_base, ["extends", "boundaries", "concurrent"], "engine_format_isolation",
                    f"an engine with kv_cache_dtype={cell.twin_dtype} was served {hits:g} tokens of KV "
                    f"written with kv_cache_dtype={cell.kv_cache_dtype}; its output")
 
 
 @clause("engine_block_boundaries")
 def test_engine_block_boundaries(cell):
-    base, load = _stored_then_loaded(cell)
-    _identical(cell, load, base, ["boundaries", "extends"],
+    base, load = _stored_then_loaded(cell, "engine_block_boundaries")
+    _identical(cell, load, base, ["boundaries", "extends"], "engine_block_boundaries",
                f"with block size {cell.block_size}, engine B")
 
 
 @clause("engine_concurrent_requests")
 def test_engine_concurrent_requests(cell):
-    base, load = _stored_then_loaded(cell)
-    _identical(cell, load, base, ["concurrent"],
+    base, load = _stored_then_loaded(cell, "engine_concurrent_requests")
+    _identical(cell, load, base, ["concurrent"], "engine_concurrent_requests",
                "a batch of concurrent requests in engine B")
 
 
@@ -142,25 +142,26 @@ def test_engine_lost_storage(cell):
     base, engine = _after_loss(cell, "after_loss")
     if not engine.ok:
         return  # no output at all, so no wrong output; whether it survives is engine_load_failure_recompute's
-    _identical(cell, engine, base, ["extends", "boundaries", "concurrent"],
+    _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], "engine_lost_storage",
                f"after the suite {cell.loss}, engine D", skip_failed=True)
 
 
 @clause("engine_load_failure_recompute")
 def test_engine_load_failure_recompute(cell):
+    cid = "engine_load_failure_recompute"
     base, engine = _after_loss(cell, "after_loss_recompute")
     if not engine.ok:
         if "kv_load_failure_policy" in engine.error:
             _not_runnable(NotRunnable(f"this vLLM has no kv_load_failure_policy: {engine.error}"))
-        raise ClauseViolation(
+        raise ClauseViolation(cid, (
             f"after the suite {cell.loss}, the engine with {cell.connector.label} and "
             f"kv_load_failure_policy=recompute died instead of recomputing: a connector must miss, or report "
             f"what it cannot load (get_block_ids_with_load_errors), not raise; in a server that kills every "
-            f"request in flight. {engine.describe_failure()}")
+            f"request in flight. {engine.describe_failure()}"))
     failed = [f"{r['batch']}[{r['idx']}]" for r in engine.result["requests"] if r.get("finish_reason") == "error"]
     if failed:
-        raise ClauseViolation(
+        raise ClauseViolation(cid, (
             f"after the suite {cell.loss}, with kv_load_failure_policy=recompute, vLLM still failed "
-            f"{len(failed)} request(s) ({', '.join(failed[:5])}) instead of recomputing their KV")
-    _identical(cell, engine, base, ["extends", "boundaries", "concurrent"],
+            f"{len(failed)} request(s) ({', '.join(failed[:5])}) instead of recomputing their KV"))
+    _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], cid,
                f"after the suite {cell.loss}, the engine recomputing with kv_load_failure_policy=recompute")

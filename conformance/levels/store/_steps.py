@@ -10,15 +10,15 @@ from conformance.contract.strategies import fresh_key
 from conformance.verdict.asserts import ClauseViolation, assert_hit
 
 
-def put_then_get(store: Any, entry: KVEntry) -> KVEntry:
+def put_then_get(store: Any, entry: KVEntry, *, clause: str | None = None) -> KVEntry:
     """Put ``entry`` under a fresh key and get it back under the same spec."""
     __tracebackhide__ = True
     key = fresh_key()
     store.put(key, entry)
-    return assert_hit(store.get(key, entry.spec), key=key, spec=entry.spec)
+    return assert_hit(store.get(key, entry.spec), clause=clause, key=key, spec=entry.spec)
 
 
-def assert_not_served(store: Any, key: str, spec: KVSpec, *, why: str) -> None:
+def assert_not_served(store: Any, key: str, spec: KVSpec, *, why: str, clause: str | None = None) -> None:
     """``get(key, spec)`` misses or refuses cleanly; it never returns an entry."""
     __tracebackhide__ = True
     try:
@@ -27,4 +27,4 @@ def assert_not_served(store: Any, key: str, spec: KVSpec, *, why: str) -> None:
         return
     if got is not None:
         raise ClauseViolation(f"get({key!r}, {spec.describe()}) returned an entry "
-                              f"({got.spec.describe()}), but {why}")
+                              f"({got.spec.describe()}), but {why}", clause=clause)

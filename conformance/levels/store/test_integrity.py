@@ -22,5 +22,5 @@ def test_corruption_detected(kv_store, entry, how):
     except REFUSALS:
         return
     if got is not None and logical_bytes(got.tensor) != logical_bytes(entry.tensor):
-        raise ClauseViolation(f"after damage ({how}) at rest, get returned different bytes "
-                              f"without an error, for {entry.spec.describe()}")
+        raise ClauseViolation(_CLAUSE, f"after damage ({how}) at rest, get returned different bytes "
+                                       f"without an error, for {entry.spec.describe()}")

@@ -42,17 +42,17 @@ def check_format_isolation(kv_store, twins, data):
     key = fresh_key()
     kv_store.put(key, first)
     why = f"only {first.spec.describe()} was stored under that key"
-    assert_not_served(kv_store, key, second.spec, why=why)
+    assert_not_served(kv_store, key, second.spec, clause=_ISO, why=why)
     assert_equal(f"contains({key!r}, {second.spec.describe()})", kv_store.contains(key, second.spec),
-                 False, context=why)
+                 False, clause=_ISO, context=why)
     # Both formats under one key: each reader gets its own bytes.
     kv_store.put(key, second)
     for entry in (first, second):
         got = kv_store.get(key, entry.spec)
         if got is None:
-            raise ClauseViolation(f"get({entry.spec.describe()}) missed after both twins were stored")
-        assert_equal("recorded spec", got.spec.describe(), entry.spec.describe())
-        assert_same_bytes(got.tensor, entry.tensor,
+            raise ClauseViolation(_ISO, f"get({entry.spec.describe()}) missed after both twins were stored")
+        assert_equal("recorded spec", got.spec.describe(), entry.spec.describe(), clause=_ISO)
+        assert_same_bytes(got.tensor, entry.tensor, clause=_ISO,
                           context=f"{first.spec.kv_cache_dtype} and {second.spec.kv_cache_dtype} under one key")
 
 
@@ -80,7 +80,7 @@ def test_mismatch_rejection(kv_store, entry, how):
         pass
     else:
         t = bad.tensor
-        raise ClauseViolation(f"put accepted a {tuple(t.shape)} {t.dtype} tensor for spec "
-                              f"{entry.spec.describe()} (expects {entry.spec.layer_shape} "
-                              f"{entry.spec.storage_dtype}); it must refuse, never cast")
-    assert_not_served(kv_store, key, entry.spec, why="put of it was refused")
+        raise ClauseViolation(_MISMATCH, f"put accepted a {tuple(t.shape)} {t.dtype} tensor for spec "
+                                         f"{entry.spec.describe()} (expects {entry.spec.layer_shape} "
+                                         f"{entry.spec.storage_dtype}); it must refuse, never cast")
+    assert_not_served(kv_store, key, entry.spec, clause=_MISMATCH, why="put of it was refused")
