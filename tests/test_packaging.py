@@ -6,6 +6,7 @@ profiles, API fingerprints, the golden list, the zoo) must come from the wheel, 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -21,12 +22,14 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.engine
 
+# What the installed suite sees: nothing of the checkout (a PYTHONPATH would import it instead).
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KVCONFORM_STORE", "KVCONFORM_CONNECTOR")}
 PACKAGE_DATA = ("conformance/data/models/qwen3-tiny.json", "conformance/data/api/vllm-0.32.0.json",
                 "conformance/certify/required-tests.yaml", "conformance/zoo/connectors/noop.py", "conformance/py.typed")
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=CLEAN_ENV)
     assert proc.returncode in (0, 1), f"{' '.join(cmd)} exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}"
     return proc
 
@@ -57,7 +60,7 @@ def _suite(python: Path, cwd: Path, *args: str) -> dict[str, str]:
     results = cwd / "results.json"
     proc = subprocess.run([str(python), "-m", "pytest", "--pyargs", "conformance", "-p", "no:cacheprovider", "-q",
                            "--kv-profile=ci", f"--kv-results={results}", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=1200)
+                          cwd=cwd, capture_output=True, text=True, timeout=1200, env=CLEAN_ENV)
     assert results.exists(), (proc.stdout + proc.stderr)[-3000:]
     doc = json.loads(results.read_text())
     return clause_statuses(doc["tests"])
@@ -67,7 +70,7 @@ def test_the_wheel_runs_the_store_level_outside_the_checkout(installed: Path, tm
     statuses = _suite(installed, tmp_path, "--kv-store=memory")
     assert statuses and set(statuses.values()) <= {"Pass", "Disabled"}, statuses
     where = subprocess.run([str(installed), "-c", "import conformance; print(conformance.__file__)"],
-                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+                           cwd=tmp_path, capture_output=True, text=True, check=True, env=CLEAN_ENV).stdout
     assert str(REPO) not in where, f"the installed suite imports the checkout: {where}"
 
 
