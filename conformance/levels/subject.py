@@ -12,18 +12,34 @@ from typing import Any
 from conformance.stores.lmcache_server import LMCacheServer
 
 
+STORAGE = "{storage}"  # in a connector's extra config: the private directory the suite gives each run
+
+# What a connector may declare about itself (never guessed from its name): clauses that need a
+# capability are Disabled, not failed, for a connector that does not declare it.
+CONNECTOR_CAPABILITIES = {
+    "persistent": "its cache outlives the engine that wrote it (files, a server): the clauses in which a "
+                  "fresh engine or connector pair loads what another one stored apply",
+    "lossy": "it changes KV on the way (a quantizing codec): byte-exact clauses are Disabled; "
+             "'lossy=TOL' states the logprob tolerance the engine level compares within",
+}
+
+
 @dataclass(frozen=True)
 class ConnectorChoice:
-    """The connector under test, chosen exactly as vLLM chooses it."""
+    """The connector under test, chosen exactly as vLLM chooses it, and what it declares."""
 
     name: str  # registry name, or the class name when module_path is set
     module_path: str | None = None
     extra_config: dict[str, Any] = field(default_factory=dict)
     role: str = "kv_both"
+    capabilities: frozenset[str] = frozenset()
+    lossy_tolerance: float | None = None  # the logprob tolerance a lossy connector declares
 
     @classmethod
-    def parse(cls, spec: str, extra_json: str | None = None, role: str = "kv_both") -> ConnectorChoice:
-        """``Name`` (vLLM's registry) or ``package.module:ClassName`` (kv_connector_module_path)."""
+    def parse(cls, spec: str, extra_json: str | None = None, role: str = "kv_both",
+              capabilities: str | None = None) -> ConnectorChoice:
+        """``Name`` (vLLM's registry) or ``package.module:ClassName`` (kv_connector_module_path), its
+        extra config as JSON, and its declared capabilities (``persistent,lossy=0.05``)."""
         try:
             extra = json.loads(extra_json) if extra_json else {}
         except ValueError as exc:
@@ -31,18 +47,78 @@ class ConnectorChoice:
         if not isinstance(extra, dict):
             raise ValueError("--kv-connector-extra-config must be a JSON object")
         module, _, name = spec.rpartition(":")
-        return cls(name=name, module_path=module or None, extra_config=extra, role=role)
+        caps, tolerance = parse_capabilities(capabilities or "")
+        return cls(name=name, module_path=module or None, extra_config=extra, role=role, capabilities=caps,
+                   lossy_tolerance=tolerance)
 
     @property
     def label(self) -> str:
         return f"{self.module_path}:{self.name}" if self.module_path else self.name
 
-    def transfer_config(self, extra: dict[str, Any]) -> dict[str, Any]:
+    def transfer_config(self, extra: dict[str, Any], storage: str) -> dict[str, Any]:
+        """vLLM's KVTransferConfig kwargs, with ``storage`` (a directory private to this run) put
+        wherever the extra config says ``{storage}``, however deep (a MultiConnector's children);
+        an extra config that names no place gets it as ExampleConnector's ``shared_storage_path``
+        (other connectors ignore that key)."""
+        mine = with_storage(self.extra_config, storage)
+        default = {} if mine != self.extra_config else {"shared_storage_path": storage}
         cfg: dict[str, Any] = {"kv_connector": self.name, "kv_role": self.role,
-                               "kv_connector_extra_config": {**extra, **self.extra_config}}
+                               "kv_connector_extra_config": {**default, **extra, **mine}}
         if self.module_path:
             cfg["kv_connector_module_path"] = self.module_path
         return cfg
+
+    def is_a(self, registry_name: str) -> bool:
+        """Whether the connector is ``registry_name`` or a subclass of it (importable here); a
+        subclass of LMCacheMPConnector needs LMCache's server as much as its parent does."""
+        if self.name == registry_name and self.module_path is None:
+            return True
+        if self.module_path is None:
+            return False
+        import importlib
+
+        try:
+            from conformance.api_surface.runtime import registered_module
+
+            base_module = registered_module(registry_name)
+            cls = getattr(importlib.import_module(self.module_path), self.name)
+            base = getattr(importlib.import_module(base_module), registry_name) if base_module else None
+        except Exception:  # not importable in this Python: judged by the engine's, not guessed here
+            return False
+        return base is not None and isinstance(cls, type) and issubclass(cls, base)
+
+
+def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
+    """``persistent,lossy=0.05`` -> ({persistent, lossy}, 0.05); an unknown name is one clear error."""
+    names, tolerance = set(), None
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        if name not in CONNECTOR_CAPABILITIES:
+            raise ValueError(f"--kv-connector-capabilities: unknown capability {name!r}; valid: "
+                             + "; ".join(f"{k} ({v})" for k, v in CONNECTOR_CAPABILITIES.items()))
+        if value and name != "lossy":
+            raise ValueError(f"--kv-connector-capabilities: {name} takes no value (got {item!r})")
+        if value:
+            try:
+                tolerance = float(value)
+            except ValueError:
+                raise ValueError(f"--kv-connector-capabilities: lossy={value!r} is not a number "
+                                 "(the logprob tolerance, e.g. lossy=0.05)") from None
+            if not 0 < tolerance < float("inf"):
+                raise ValueError(f"--kv-connector-capabilities: lossy={value} must be a positive tolerance")
+        names.add(name)
+    return frozenset(names), tolerance
+
+
+def with_storage(value: Any, storage: str) -> Any:
+    """``value`` with every ``{storage}`` in its strings replaced, recursively through lists and dicts."""
+    if isinstance(value, str):
+        return value.replace(STORAGE, storage)
+    if isinstance(value, list):
+        return [with_storage(v, storage) for v in value]
+    if isinstance(value, dict):
+        return {k: with_storage(v, storage) for k, v in value.items()}
+    return value
 
 
 class LMCacheService:
@@ -57,7 +133,7 @@ class LMCacheService:
 
     @staticmethod
     def wanted_by(connector: ConnectorChoice) -> bool:
-        return connector.name == "LMCacheMPConnector" and "lmcache.mp.port" not in connector.extra_config
+        return "lmcache.mp.port" not in connector.extra_config and connector.is_a("LMCacheMPConnector")
 
     def config(self) -> dict[str, Any]:
         """The connector's extra config that points it at the server (started on first call)."""

@@ -16,6 +16,7 @@ import yaml
 
 from conformance.contract.names import KV_CACHE_DTYPE_NAMES
 from conformance.data import data_dir
+from conformance.levels.subject import CONNECTOR_CAPABILITIES, parse_capabilities
 from conformance.verdict.clauses import CLAUSES
 
 SCHEMA = "kvconform.matrix/1"
@@ -185,7 +186,8 @@ def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell
     """A connector entry's cells on one stack: per model, one connector-API cell (it draws the whole
     dtype axis itself) and one engine cell per kv_cache_dtype (each engine runs one)."""
     chosen = (f"--kv-connector={spec['connector']}",
-              *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])] if spec.get("extra_config") else []))
+              *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])] if spec.get("extra_config") else []),
+              *([f"--kv-connector-capabilities={','.join(spec['capabilities'])}"] if spec.get("capabilities") else []))
     dtypes = spec["kv_cache_dtypes"]
     cells = []
     for model in spec["models"]:
@@ -268,14 +270,21 @@ def load(path: Path) -> Matrix:
     connectors: dict[str, dict[str, Any]] = {}
     for name, spec in (data.get("connectors") or {}).items():
         where = f"connectors.{name}"
-        _keys(spec, path, where, {"connector", "extra_config", "models", "kv_cache_dtypes", "tiers", "stacks",
-                                  "levels", "profile"}, {"connector", "models", "kv_cache_dtypes", "tiers"})
+        _keys(spec, path, where, {"connector", "extra_config", "capabilities", "models", "kv_cache_dtypes", "tiers",
+                                  "stacks", "levels", "profile"}, {"connector", "models", "kv_cache_dtypes", "tiers"})
         _profile(spec, path, where)
         levels = spec.get("levels", list(CONNECTOR_LEVELS))
         _expect(isinstance(levels, list) and levels and set(levels) <= set(CONNECTOR_LEVELS), path,
                 f"{where}.levels", f"a non-empty list from {list(CONNECTOR_LEVELS)}, got {levels!r}")
         _expect(isinstance(spec["connector"], str), path, f"{where}.connector", "a registry name or module:Class")
         _expect(isinstance(spec.get("extra_config", {}), dict), path, f"{where}.extra_config", "a mapping")
+        caps = spec.get("capabilities", [])
+        _expect(isinstance(caps, list) and all(isinstance(c, str) for c in caps), path, f"{where}.capabilities",
+                f"a list from {list(CONNECTOR_CAPABILITIES)} (lossy as 'lossy=TOL')")
+        try:
+            parse_capabilities(",".join(caps))
+        except ValueError as exc:
+            raise MatrixError(f"{path}: {where}.capabilities: {str(exc).split(': ', 1)[1]}") from None
         for key, valid in (("models", model_names()), ("kv_cache_dtypes", list(KV_CACHE_DTYPE_NAMES))):
             value = spec[key]
             _expect(isinstance(value, list) and value, path, f"{where}.{key}", f"a non-empty list from {valid}")

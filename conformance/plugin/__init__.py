@@ -102,6 +102,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if state.connector_spec:
         opt = config.getoption
         lines.append(f"kvconform connector: {state.connector_spec} role={opt(options.ROLE)} "
+                     f"capabilities={opt(options.CAPABILITIES) or 'none'} "
                      f"kv_cache_dtype={opt(options.CACHE_DTYPE)} model={opt(options.MODEL)} "
                      f"block_size={opt(options.BLOCK_SIZE)} engine python={opt(options.ENGINE_PYTHON) or 'this'}")
     if state.kv_cache_dtypes:

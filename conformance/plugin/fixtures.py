@@ -62,7 +62,7 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     from conformance.levels.engine.cell import EngineCell
 
     opt = request.config.getoption
-    connector = _connector_choice(request.config)
+    connector = connector_choice(request.config)
     python = opt(options.ENGINE_PYTHON) or sys.executable
     shared = opt(options.ENGINE_BASELINES)
     cell = EngineCell(connector=connector, model=_model_dir(opt(options.MODEL), python),
@@ -84,7 +84,7 @@ def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
     opt = request.config.getoption
-    connector = _connector_choice(request.config)
+    connector = connector_choice(request.config)
     try:
         harness, close = open_harness(connector, opt(options.MODEL), tmp_path_factory.mktemp("connector-api"),
                                       timeout_s=opt(options.TIMEOUT))
@@ -96,16 +96,19 @@ def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     close()
 
 
-def _connector_choice(config: pytest.Config) -> Any:
+def connector_choice(config: pytest.Config) -> Any:
     """The connector under test as the options give it; a malformed choice ends the run (exit 4)."""
     from conformance.levels.subject import ConnectorChoice
 
-    opt = config.getoption
-    try:
-        return ConnectorChoice.parse(session_state(config).connector_spec or "", opt(options.EXTRA_CONFIG),
-                                     opt(options.ROLE))
-    except ValueError as exc:
-        pytest.exit(f"kvconform: {exc}", returncode=4)
+    state = session_state(config)
+    if state.connector is None:
+        opt = config.getoption
+        try:
+            state.connector = ConnectorChoice.parse(state.connector_spec or "", opt(options.EXTRA_CONFIG),
+                                                    opt(options.ROLE), opt(options.CAPABILITIES))
+        except ValueError as exc:
+            pytest.exit(f"kvconform: {exc}", returncode=4)
+    return state.connector
 
 
 def _model_dir(model: str, python: str) -> Path:

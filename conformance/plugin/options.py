@@ -19,6 +19,7 @@ RESULTS = "--kv-results"
 DTYPES = "--kv-cache-dtypes"
 CONNECTOR = "--kv-connector"
 EXTRA_CONFIG = "--kv-connector-extra-config"
+CAPABILITIES = "--kv-connector-capabilities"
 ROLE = "--kv-role"
 CACHE_DTYPE = "--kv-cache-dtype"
 MODEL = "--kv-model"
@@ -53,7 +54,13 @@ def add_options(parser: pytest.Parser) -> None:
     engine.addoption(CONNECTOR, default=None, metavar="CONNECTOR",
                      help="connector under test, as vLLM chooses it: a registry name (ExampleConnector, "
                           "LMCacheMPConnector) or 'package.module:ClassName' (default: $KVCONFORM_CONNECTOR)")
-    engine.addoption(EXTRA_CONFIG, default=None, metavar="JSON", help="kv_connector_extra_config as JSON")
+    engine.addoption(EXTRA_CONFIG, default=None, metavar="JSON",
+                     help="kv_connector_extra_config as JSON; '{storage}' anywhere in it (however nested: a "
+                          "MultiConnector's children) becomes a directory private to each run")
+    engine.addoption(CAPABILITIES, default=None, metavar="LIST",
+                     help="what the connector declares, comma-separated: 'persistent' (its cache outlives its "
+                          "engine: the cross-engine clauses apply), 'lossy=TOL' (a codec: byte-exact clauses "
+                          "Disabled, the engine level compares logprobs within TOL); default: none")
     engine.addoption(ROLE, default="kv_both", choices=["kv_both", "kv_producer", "kv_consumer"])
     engine.addoption(CACHE_DTYPE, default="auto", metavar="DTYPE", help="the engines' kv_cache_dtype")
     engine.addoption(MODEL, default="qwen3-tiny", metavar="NAME|PATH",
@@ -82,6 +89,7 @@ class State:
         self.active = bool(self.store_spec or explicit_profile or self.connector_spec or dtypes)
         self.profile: str = explicit_profile or ("ci" if os.environ.get("CI") else "dev")
         self.choice: Any = None  # the resolved store (conformance.stores.loader.StoreChoice)
+        self.connector: Any = None  # the parsed connector (conformance.levels.subject.ConnectorChoice)
 
 
 STATE = pytest.StashKey[State]()

@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import pytest
 
 from conformance.plugin import options
+from conformance.plugin.fixtures import connector_choice
 from conformance.plugin.options import ENGINE_TIMINGS, ENGINE_VERSIONS, session_state
 
 
@@ -29,8 +30,13 @@ def _kvconform_clause_gate(request: pytest.FixtureRequest) -> Iterator[None]:
             caps = request.getfixturevalue("kv_capabilities")
             request.node.user_properties.append(("kvconform.capabilities", ",".join(sorted(caps))))
             reason = disabled_reason(c, caps, session_state(request.config).choice.target)
+        else:
+            connector = connector_choice(request.config)
+            reason = disabled_reason(c, connector.capabilities, connector.label)
             if reason:
-                pytest.skip(reason)
+                reason += f" (declare it with {options.CAPABILITIES} if it does)"
+        if reason:
+            pytest.skip(reason)
         yield
     finally:
         end_test(token)
@@ -46,11 +52,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     c = clause_of(item)
     status = _status_of(report, call, c.level) if c is not None else None
+    test = running()
+    if test is not None and test.nodeid != item.nodeid:
+        test = None  # set until the test's fixtures are torn down
+    if status is Status.PASS and c is not None and c.needs_load and test is not None and not test.loaded:
+        status = _not_exercised(report, item, c.id)
     if c is not None and status is not None:
         report.user_properties.append(("kvconform.clause", c.id))
         report.user_properties.append(("kvconform.status", status.value))
-        test = running()
-        if test is not None and test.nodeid == item.nodeid:  # set until the test's fixtures are torn down
+        if test is not None:
             report.user_properties.append(("kvconform.examples", test.examples))
         kind = HarnessError if status is Status.ERROR else ClauseViolation
         violations = _found(call.excinfo, kind) if report.when == "call" else []
@@ -58,6 +68,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             # Hypothesis may raise a group of distinct failures: name every clause message.
             report.user_properties.append(("kvconform.message", "\n".join(dict.fromkeys(map(str, violations)))))
     return report
+
+
+def _not_exercised(report: pytest.TestReport, item: pytest.Item, clause_id: str) -> Any:
+    """A pass in which the connector loaded nothing compared nothing: reported as a skip (JUnit too)
+    with the Not exercised status, never as a Pass."""
+    from conformance.verdict.status import NOT_EXERCISED_PREFIX, Status
+
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), (item.location[1] or 0) + 1,
+                       f"{NOT_EXERCISED_PREFIX}{clause_id} passed without comparing anything: the connector "
+                       "loaded no KV in any of its runs (it declined every lookup), so no loaded byte was "
+                       "checked")
+    return Status.NOT_EXERCISED
 
 
 # Levels whose tests call the implementation only through wrappers that turn its faults into a
@@ -69,7 +92,7 @@ def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None], level: st
     """The lattice status decided by this phase's report, or None when the phase decides nothing."""
     from conformance.verdict.asserts import ClauseViolation
     from conformance.verdict.guard import HarnessError
-    from conformance.verdict.status import DISABLED_PREFIX, NOT_RUNNABLE_PREFIX, Status
+    from conformance.verdict.status import DISABLED_PREFIX, NOT_EXERCISED_PREFIX, NOT_RUNNABLE_PREFIX, Status
 
     if report.when == "call":
         if hasattr(report, "wasxfail"):
@@ -88,6 +111,8 @@ def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None], level: st
             return Status.DISABLED
         if reason.startswith(NOT_RUNNABLE_PREFIX):
             return Status.NOT_RUNNABLE
+        if reason.startswith(NOT_EXERCISED_PREFIX):
+            return Status.NOT_EXERCISED
         return Status.SKIP
     if report.failed:  # setup or teardown: the harness, not the clause
         return Status.ERROR
@@ -173,6 +198,8 @@ class Recorder:
         connector = None
         if state.connector_spec:
             connector = {"spec": state.connector_spec, "role": opt(options.ROLE),
+                         "capabilities": sorted(state.connector.capabilities) if state.connector else [],
+                         "lossy_tolerance": state.connector.lossy_tolerance if state.connector else None,
                          "extra_config": json.loads(opt(options.EXTRA_CONFIG) or "{}"),
                          "kv_cache_dtype": opt(options.CACHE_DTYPE),
                          "model": opt(options.MODEL), "block_size": opt(options.BLOCK_SIZE),

@@ -22,7 +22,8 @@ from conformance.verdict.status import Status, is_red
 STATUSES = frozenset(s.value for s in Status)
 ABSENT = "absent"
 # What a clause that stopped reaching a verdict shows: coverage lost (a Fail turned into one hides it).
-NO_VERDICT = frozenset({Status.DISABLED.value, Status.SKIP.value, Status.NOT_RUNNABLE.value, ABSENT})
+NO_VERDICT = frozenset({Status.DISABLED.value, Status.SKIP.value, Status.NOT_RUNNABLE.value,
+                        Status.NOT_EXERCISED.value, ABSENT})
 VERDICT = frozenset({Status.PASS.value, Status.XFAIL.value})
 
 

@@ -16,6 +16,7 @@ from conformance import __version__
 COLOURS = {
     "Pass": "#1a7f37", "Fail": "#cf222e", "Error": "#8250df", "XFail": "#9a6700", "XPass": "#bc4c00",
     "Skip": "#6e7781", "Disabled": "#8c959f", "Not runnable": "#57606a",
+    "Not exercised": "#0969da",
 }
 
 _PAGE = """<!doctype html>

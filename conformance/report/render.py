@@ -119,7 +119,8 @@ def markdown(matrix: dict[str, Any]) -> str:
     lines = ["# kvconform compatibility matrix", "",
              "Statuses: Pass, Fail (a clause was broken), Error (no verdict: hang, crash, "
              "install), XFail (a documented known failure), XPass (a known failure passed: stale), "
-             "Disabled (capability not claimed), Not runnable, Skip (not run: excluded by the matrix).", ""]
+             "Disabled (capability not claimed), Not runnable, Not exercised (ran, but compared nothing: the "
+             "connector loaded nothing), Skip (not run: excluded by the matrix).", ""]
     for level in dict.fromkeys(CLAUSES[c].level for c in matrix["clauses"]):
         clauses = [c for c in matrix["clauses"] if CLAUSES[c].level == level]
         rows = [cell for cell in matrix["cells"] if any(c in cell["statuses"] for c in clauses)]

@@ -23,8 +23,9 @@ class Clause:
     id: str
     level: str  # store, connector or engine
     promise: str
-    requires: frozenset[str] = frozenset()  # capabilities the store must claim
-    lossless: bool = False  # Disabled for stores that declare themselves lossy
+    requires: frozenset[str] = frozenset()  # capabilities the store (or connector) must claim
+    lossless: bool = False  # Disabled for stores (and connectors) that declare themselves lossy
+    needs_load: bool = False  # compares loaded KV: a run in which nothing loaded is Not exercised
 
     def __str__(self) -> str:
         return self.id
@@ -33,6 +34,9 @@ class Clause:
 _STORE = "store"
 _ENGINE = "engine"
 _CONNECTOR = "connector"
+# Clauses in which a fresh engine (or connector pair) loads what another one stored: they apply to
+# a connector whose cache outlives its engine, and are Disabled for one whose cache lives inside it.
+_ACROSS = frozenset({"persistent"})
 CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("byte_exact_roundtrip", _STORE,
            "get returns, byte for byte, the logical content that put was given (NaN payloads, "
@@ -70,49 +74,73 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "driven through vLLM's own hooks, a fresh connector pair loads into other blocks of a fresh "
            "cache, byte for byte, every layer of every token it claims, as the first pair saved it: in "
            "every KV cache layout the installed vLLM allocates and every kv_cache_dtype (NaN payloads, "
-           "-0, subnormals, fp8 specials); and it loads something"),
+           "-0, subnormals, fp8 specials); and it loads something",
+           requires=_ACROSS, lossless=True, needs_load=True),
+    Clause("api_same_engine_roundtrip", _CONNECTOR,
+           "within one connector pair, a request stored, its blocks freed (the engine's own prefix cache "
+           "reset) and overwritten by other KV, then asked for again, is loaded byte for byte as it was "
+           "saved, every layer of every token the connector claims; and over empty storage the "
+           "connector claims nothing (a cache that lives inside its engine is judged here)",
+           lossless=True, needs_load=True),
     Clause("api_no_collateral_writes", _CONNECTOR,
            "saving leaves the paged cache untouched, and loading writes only into the blocks of the "
-           "request it loads: a neighbour request's blocks and free blocks keep their bytes"),
+           "request it loads: a neighbour request's blocks and free blocks keep their bytes",
+           requires=_ACROSS),
     Clause("api_partial_prefix", _CONNECTOR,
            "a request sharing only the first k tokens of a stored prompt loads at most k tokens, and "
-           "exactly their bytes"),
+           "exactly their bytes",
+           requires=_ACROSS, lossless=True),
     Clause("api_concurrent_loads", _CONNECTOR,
            "requests the scheduler admits in one step, saved together and loaded together, each "
-           "load exactly their own bytes: none is skipped, and none is handed a batch-mate's KV"),
+           "load exactly their own bytes: none is skipped, and none is handed a batch-mate's KV",
+           requires=_ACROSS, lossless=True, needs_load=True),
     Clause("api_damaged_storage", _CONNECTOR,
            "with what a store run left corrupted (a flipped byte) or lost before the load run, the "
            "connector loads nothing, or reports the damaged blocks as failed loads "
            "(get_block_ids_with_load_errors, so vLLM recomputes or fails the request per "
-           "kv_load_failure_policy): never other bytes, never an exception that kills the worker"),
+           "kv_load_failure_policy): never other bytes, never an exception that kills the worker",
+           requires=_ACROSS, lossless=True),
     Clause("api_format_isolation", _CONNECTOR,
            "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
-           "same storage loads nothing or reports the load failed: never the other format's bytes"),
+           "same storage loads nothing or reports the load failed: never the other format's bytes",
+           requires=_ACROSS),
     Clause("engine_store_then_load", _ENGINE,
            "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
            "logprobs bit-identical to a no-connector baseline (a concurrent batch: within the measured "
            "batch-composition tolerance), and really loaded external KV "
-           "(vLLM's external prefix-cache hits > 0)"),
+           "(vLLM's external prefix-cache hits > 0)",
+           requires=_ACROSS, needs_load=True),
+    Clause("engine_same_engine_reload", _ENGINE,
+           "one engine that stored its prompts, had its own prefix cache reset (reset_prefix_cache) and "
+           "served them again produces the no-connector baseline's greedy tokens and logprob bits, having "
+           "really loaded external KV (external prefix-cache hits > 0); on its first pass, over empty "
+           "storage, it claims no external hit",
+           needs_load=True),
     Clause("engine_effective_dtype", _ENGINE,
            "the engines run the requested kv_cache_dtype: vLLM's resolved cache dtype and the KV "
            "tensors it allocated match the KVSpec (no silent fallback to auto)"),
     Clause("engine_format_isolation", _ENGINE,
            "an engine of another kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the same "
-           "storage misses or refuses cleanly: never served the other format's bytes, never crashes"),
+           "storage misses or refuses cleanly: never served the other format's bytes, never crashes",
+           requires=_ACROSS),
     Clause("engine_block_boundaries", _ENGINE,
            "prompts one short of, at, and one past block multiples, and a prompt extending a "
-           "stored prefix, load bit-identically"),
+           "stored prefix, load bit-identically",
+           requires=_ACROSS, needs_load=True),
     Clause("engine_concurrent_requests", _ENGINE,
            "concurrent requests with shared and distinct prefixes load correctly: the same tokens, "
-           "logprobs within the measured batch-composition tolerance (vLLM is not batch-invariant)"),
+           "logprobs within the measured batch-composition tolerance (vLLM is not batch-invariant)",
+           requires=_ACROSS, needs_load=True),
     Clause("engine_lost_storage", _ENGINE,
            "with the storage lost or truncated between store and load, the engine (vLLM's default "
            "kv_load_failure_policy) never returns wrong tokens: each request matches the baseline or "
-           "is failed with finish_reason 'error'"),
+           "is failed with finish_reason 'error'",
+           requires=_ACROSS),
     Clause("engine_load_failure_recompute", _ENGINE,
            "with the storage lost or truncated and kv_load_failure_policy=recompute, the engine "
            "survives and serves every request as the baseline does: the connector missed, or reported "
-           "the blocks it could not load so vLLM recomputed them; an engine the connector kills fails"),
+           "the blocks it could not load so vLLM recomputed them; an engine the connector kills fails",
+           requires=_ACROSS),
 )}
 assert CLAUSES, "no clauses defined"  # sanity check
 
@@ -125,6 +153,7 @@ class RunningTest:
     nodeid: str
     clause: str
     examples: int = 0
+    loaded: int = 0  # tokens of KV loaded from the connector: 0 leaves a needs_load clause Not exercised
 
 
 # Set by the plugin around each clause test (pytest runs one test at a time per process, and
@@ -149,6 +178,13 @@ def count_example() -> None:
     test = _RUNNING.get()
     if test is not None:
         test.examples += 1
+
+
+def count_load(tokens: float) -> None:
+    """Record that the connector loaded ``tokens`` of KV for the running clause's comparisons."""
+    test = _RUNNING.get()
+    if test is not None:
+        test.loaded += int(tokens)
 
 
 def clause(clause_id: str) -> Callable[[F], F]:
@@ -190,11 +226,11 @@ def clause_of(item: pytest.Item) -> Clause | None:
     return CLAUSES[mark.args[0]] if mark else None
 
 
-def disabled_reason(c: Clause, capabilities: frozenset[str], store_name: str) -> str | None:
-    """Why ``c`` does not apply to a store with ``capabilities``, or None when it does."""
+def disabled_reason(c: Clause, capabilities: frozenset[str], subject: str) -> str | None:
+    """Why ``c`` does not apply to a store (or connector) with ``capabilities``, or None when it does."""
     missing = sorted(c.requires - capabilities)
     if missing:
-        return f"Disabled: {c.id} needs capability {', '.join(missing)}, which {store_name} does not claim"
+        return f"Disabled: {c.id} needs capability {', '.join(missing)}, which {subject} does not claim"
     if c.lossless and "lossy" in capabilities:
-        return f"Disabled: {c.id} is a lossless clause and {store_name} declares itself lossy"
+        return f"Disabled: {c.id} is a lossless clause and {subject} declares itself lossy"
     return None

@@ -46,6 +46,10 @@ class Guarded:
 
         return guarded
 
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the target itself (a constructor, a factory) under the timeout."""
+        return self._call("__call__", self._target, args, kwargs)
+
     def _call(self, attr: str, target: Any, args: tuple, kwargs: dict) -> Any:
         outcome: list[Any] = []
         if self._hung is None:

@@ -296,6 +296,7 @@ def test_connector_entries_yield_one_api_cell_per_model_and_engine_cells_per_dty
     example_api = next(c for c in api if c.coordinates["connector"] == "ExampleConnector"
                        and c.coordinates["vllm"] == "0.32.0")
     assert "--kv-cache-dtypes=auto,fp8_e5m2" in example_api.args
+    assert "--kv-connector-capabilities=persistent" in example_api.args  # declared, never guessed
     assert example_api.id == "cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, api, ExampleConnector)"
     # An expectation names clauses of several tiers; a cell takes only its own tier's.
     assert set(example_api.expected_failures) == {"api_format_isolation", "api_damaged_storage"}
@@ -309,6 +310,17 @@ def test_bad_levels_is_one_clear_line(tmp_path):
     bad = tmp_path / "matrix.yaml"
     bad.write_text(text)
     with pytest.raises(MatrixError, match=r"connectors\.example\.levels: expected a non-empty list from"):
+        load(bad)
+
+
+def test_an_unknown_connector_capability_is_one_clear_line(tmp_path):
+    from conformance.matrix.definition import MatrixError, load
+
+    text = (REPO / "matrix.yaml").read_text().replace("capabilities: [persistent]", "capabilities: [durable]", 1)
+    bad = tmp_path / "matrix.yaml"
+    bad.write_text(text)
+    with pytest.raises(MatrixError, match=r"connectors\.example\.capabilities: unknown capability 'durable'; "
+                                          "valid: persistent"):
         load(bad)
 
 

@@ -99,11 +99,14 @@ def test_lost_coverage_fails_the_gate_unless_allowed(tmp_path):
     base, head = tmp_path / "base", tmp_path / "head"
     write_cell(base, "store(a)", {})
     write_cell(base, "store(b)", {"stride_contract": "Fail"}, "[stride_contract] broken")
+    write_cell(base, "store(c)", {})
     write_cell(head, "store(a)", {"scales_roundtrip": "Disabled"})
     write_cell(head, "store(b)", {"stride_contract": "Not runnable"}, "Not runnable: gone quiet")
+    write_cell(head, "store(c)", {"byte_exact_roundtrip": "Not exercised"}, "Not exercised: loaded nothing")
     result = diff.compare(base, head)
     assert not result.regressed and [(c.cell, c.clause, c.head) for c in result.lost] == [
-        ("store(a) [quick]", "scales_roundtrip", "Disabled"), ("store(b) [quick]", "stride_contract", "Not runnable")]
+        ("store(a) [quick]", "scales_roundtrip", "Disabled"), ("store(b) [quick]", "stride_contract", "Not runnable"),
+        ("store(c) [quick]", "byte_exact_roundtrip", "Not exercised")]
     assert _diff_cli(base, head).returncode == 1 and "COVERAGE LOST" in _diff_cli(base, head).stdout
     assert _diff_cli(base, head, "--allow-lost").returncode == 0
     assert json.loads(_diff_cli(base, head, "--format", "json").stdout)["failed"] is True

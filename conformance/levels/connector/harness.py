@@ -20,6 +20,7 @@ import torch
 from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
 from conformance.levels.subject import ConnectorChoice
+from conformance.verdict.clauses import count_load
 from conformance.verdict.guard import Guarded, HarnessError
 
 SAMPLED_TOKEN = 0
@@ -34,6 +35,18 @@ class ConnectorRaised(Exception):
     def __init__(self, phase: str, exc: BaseException) -> None:
         super().__init__(f"{phase}: {type(exc).__name__}: {exc}")
         self.phase, self.exc = phase, exc
+
+
+class PhantomHit(Exception):
+    """The connector claimed external KV in a run over storage nothing was ever stored in."""
+
+    def __init__(self, label: str, run: Run) -> None:
+        claimed = {rid: n for rid, n in run.external_tokens.items() if n}
+        super().__init__(f"{label} claims KV it never stored: over empty storage, for prompts no run had "
+                         f"seen, it claimed {claimed} external tokens [kv_cache_dtype={run.kv_cache_dtype}, "
+                         f"layout={run.layout}, block_size={run.block_size}]; whatever it loaded there is "
+                         "not KV any engine computed")
+        self.run = run
 
 
 class LayoutRefused(ConnectorRaised):
@@ -103,6 +116,7 @@ class ConnectorHarness:
     timeout_s: float = 60.0
     extra_config: Mapping[str, Any] = field(default_factory=dict)  # what the suite started (servers)
     lose_remote: Callable[[], str] | None = None  # loses a server's content; says how
+    _used: set[str] = field(default_factory=set)  # storages a run has used (a first run is cold)
 
     def damage(self, storage: str) -> str:
         """Corrupt what a store run left in ``storage`` (one byte flipped mid-file, as bit rot or a
@@ -124,12 +138,22 @@ class ConnectorHarness:
         return int(json.loads((self.model / "config.json").read_text())["vocab_size"])
 
     def run(self, *, kv_cache_dtype: str, layout: str, block_size: int,
-            requests: Sequence[tuple[str, Sequence[int]]], fill: Filler,
-            storage: str) -> Run:
+            requests: Sequence[tuple[str, Sequence[int]]], fill: Filler, storage: str) -> Run:
         """One engine's lifetime: ``requests`` scheduled in order, each prefilled and finished."""
+        (run,) = self.lifetime(kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size,
+                               phases=[(requests, fill)], storage=storage)
+        return run
+
+    def lifetime(self, *, kv_cache_dtype: str, layout: str, block_size: int,
+                 phases: Sequence[tuple[Sequence[tuple[str, Sequence[int]]], Filler]], storage: str) -> list[Run]:
+        """One engine's lifetime in phases, one Run each. Between phases every request has finished;
+        the engine's own prefix cache is then reset and the next phase's fill overwrites every block
+        (as vLLM reuses freed blocks), so a later phase can only get earlier KV back through the
+        connector, within the same connector pair (a cache that lives inside its engine)."""
         era = self.era
-        transfer = self.connector.transfer_config({"shared_storage_path": str(self.workdir / storage),
-                                                   **self.extra_config})
+        cold = storage not in self._used
+        self._used.add(storage)
+        transfer = self.connector.transfer_config(dict(self.extra_config), str(self.workdir / storage))
         config = era.make_config(model=str(self.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype,
                                  layout=layout, block_size=block_size)
         mla = bool(config.model_config.use_mla)
@@ -137,30 +161,46 @@ class ConnectorHarness:
         layer_names = [f"model.layers.{i}.self_attn.attn"
                        for i in range(config.model_config.get_num_layers(config.parallel_config))]
         kv_cache_config, caches = era.allocate(config, layer_names, self.num_blocks, mla)
-        raw = backing_bytes(caches)
-        fill(raw, era.storage_dtype(config), str(config.model_config.dtype).removeprefix("torch."))
-        scatter_bytes(caches, raw)
-        run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
-        scheduler = self._guarded(self._hook("building the scheduler", era.make_scheduler, config, kv_cache_config),
-                                  "scheduler")
+        model_dtype = str(config.model_config.dtype).removeprefix("torch.")
+        # vLLM's order: the worker builds its connector and registers the caches, then the engine
+        # core builds the scheduler (whose connector may wait for a service the worker started).
         with era.worker_setup(config):
-            worker = self._guarded(self._setup("building the worker connector", era.make_worker_connector, config,
-                                               kv_cache_config), "worker connector")
+            worker = self._guarded(self._setup("building the worker connector", self._timed(
+                "building the worker connector", era.make_worker_connector), config, kv_cache_config),
+                "worker connector")
+        scheduler = None
+        runs: list[Run] = []
         try:
             with era.worker_setup(config):
                 self._setup("register_kv_caches", worker.register_kv_caches, caches)
-            for request_id, prompt in requests:
-                self._hook("scheduler", scheduler.add_request, era.make_request(request_id, prompt, block_size))
-            self._steps(scheduler, worker.inner, run, config)
+            scheduler = self._guarded(self._hook("building the scheduler", self._timed(
+                "building the scheduler", era.make_scheduler), config, kv_cache_config), "scheduler")
+            for requests, fill in phases:
+                if runs:
+                    self._hook("scheduler", scheduler.reset_prefix_cache)
+                raw = backing_bytes(caches)
+                fill(raw, era.storage_dtype(config), model_dtype)
+                scatter_bytes(caches, raw)
+                run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
+                for request_id, prompt in requests:
+                    self._hook("scheduler", scheduler.add_request, era.make_request(request_id, prompt, block_size))
+                self._steps(scheduler, worker.inner, run, config)
+                if cold and not runs and any(run.external_tokens.values()):
+                    raise PhantomHit(self.connector.label, run)
+                if runs or not cold:
+                    count_load(sum(run.external_tokens.values()))
+                runs.append(run)
         except BaseException:
             self._shutdown(worker, scheduler, quiet=True)
             raise
         self._shutdown(worker, scheduler, quiet=False)
-        return run
+        return runs
 
-    def _shutdown(self, worker: Guarded, scheduler: Guarded, *, quiet: bool) -> None:
+    def _shutdown(self, worker: Guarded, scheduler: Guarded | None, *, quiet: bool) -> None:
         """Both connectors' shutdown hooks (the scheduler's runs its own); quiet while failing."""
         for part in (worker, scheduler):
+            if part is None:
+                continue
             try:
                 self._hook("shutdown", part.shutdown)
             except (ConnectorRaised, HarnessError):
@@ -190,6 +230,10 @@ class ConnectorHarness:
 
     def _guarded(self, target: Any, name: str) -> Guarded:
         return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s)
+
+    def _timed(self, what: str, build: Callable[..., Any]) -> Callable[..., Any]:
+        """``build`` under the timeout: a constructor that waits forever is an Error, not a hung run."""
+        return lambda *args: Guarded(build, name=f"{self.connector.label} {what}", timeout_s=self.timeout_s).call(*args)
 
     @staticmethod
     def _hook(phase: str, call: Callable[..., Any], *args: Any) -> Any:

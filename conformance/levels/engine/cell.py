@@ -1,9 +1,10 @@
 """One engine-level cell: a connector, a model, a kv_cache_dtype, and the engines that test them.
 
 Engines are expensive (seconds each on two cores), so a cell starts each *role* once and every
-scenario reads the same runs: a no-connector baseline, a store engine, a fresh load engine, a
-load engine under the format twin (plus its baseline), and a load engine after the storage was
-damaged. Runs happen on first use, in dependency order, and are kept with their timings; the
+scenario reads the same runs: a no-connector baseline, one engine that stores, resets its own
+prefix cache and loads again (every connector), and for a connector whose cache outlives its
+engine: a store engine, a fresh load engine, a load engine under the format twin (plus its
+baseline), and a load engine after the storage was damaged. Runs happen on first use, in dependency order, and are kept with their timings; the
 no-connector baselines may come from a matrix run's ``BaselineStore`` instead (same spec, same
 Python: the same run).
 """
@@ -48,6 +49,9 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
 
 
 AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
+SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
+STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase)
+COLD_ROLES = (SAME_ENGINE, "store")  # the first engine over its (empty) storage
 
 
 class EngineCell:
@@ -61,20 +65,27 @@ class EngineCell:
         self.server = (LMCacheService(workdir / "lmcache-server.log", chunk_size=2 * block_size, python=python)
                        if LMCacheService.wanted_by(connector) else None)
         self.loss = ""  # how the suite last damaged the storage (lose_storage); "" while intact
+        # Where the connector keeps what it stores ("{storage}" in its extra config): one directory
+        # for the cross-engine roles, another for the same-engine role, so neither warms the other.
         self.storage = workdir / "storage"
-        self.storage.mkdir(parents=True, exist_ok=True)
+        self.private_storage = workdir / "storage-same-engine"
+        self._world: str | None = None  # which of the two last used the server: a switch restarts it
 
     # -- connector infrastructure ---------------------------------------------------------------
-    def _connector_extra(self) -> dict[str, Any]:
-        if self.server is not None:
-            try:
-                return self.server.config()
-            except (RuntimeError, TimeoutError) as exc:
-                raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
-        # ExampleConnector and anything derived from it write here; its default, /tmp, is shared
-        # by every run on the machine, and it keys KV by token ids alone. Other connectors
-        # ignore the key.
-        return {"shared_storage_path": str(self.storage)}
+    def _connector_extra(self, role: str) -> dict[str, Any]:
+        """What the suite started for the connector (LMCache's server), empty where nothing is needed;
+        a server is restarted (emptied) when the same-engine role and the cross-engine roles switch,
+        so that each starts cold."""
+        if self.server is None:
+            return {}
+        world = "same" if role == SAME_ENGINE else "across"
+        try:
+            if self.server.started and self._world not in (None, world):
+                self.server.lose()
+            self._world = world
+            return self.server.config()
+        except (RuntimeError, TimeoutError) as exc:
+            raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
 
     def lose_storage(self) -> str:
         """Damage what the store engine wrote; say how. Not runnable for storage we cannot reach."""
@@ -93,28 +104,46 @@ class EngineCell:
             self.server.stop()
 
     # -- engines --------------------------------------------------------------------------------
-    def _spec(self, kv_cache_dtype: str, connector: bool, batches: list[str],
-              load_failure_policy: str | None = None) -> dict[str, Any]:
+    def _spec(self, kv_cache_dtype: str, role: str | None, batches: list[str],
+              load_failure_policy: str | None = None, reload: list[str] | None = None) -> dict[str, Any]:
+        """An engine's spec: no connector when ``role`` is None; ``reload`` batches run after the
+        engine reset its own prefix cache (a second phase)."""
         spec: dict[str, Any] = {"model": str(self.model), "kv_cache_dtype": kv_cache_dtype,
-                                "block_size": self.block_size, "batches": [self.batches[b] for b in batches]}
-        if connector:
-            spec["connector"] = self.connector.transfer_config(self._connector_extra())
+                                "block_size": self.block_size,
+                                "batches": [self.batches[b] for b in batches]
+                                + [{**self.batches[b], "phase": 1} for b in reload or []]}
+        if role is not None:
+            storage = self.private_storage if role == SAME_ENGINE else self.storage
+            storage.mkdir(parents=True, exist_ok=True)
+            spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage))
             if load_failure_policy:
                 spec["connector"]["kv_load_failure_policy"] = load_failure_policy
         return spec
 
     def _roles(self) -> dict[str, Callable[[], dict[str, Any]]]:
         load = ["extends", "boundaries", "concurrent"]
-        twin = self.twin_dtype
+        dtype = self.kv_cache_dtype
         return {
-            "baseline": lambda: self._spec(self.kv_cache_dtype, False, load),
-            "store": lambda: self._spec(self.kv_cache_dtype, True, ["boundaries", "concurrent"]),
-            "load": lambda: self._spec(self.kv_cache_dtype, True, load),
-            "twin_baseline": lambda: self._spec(twin, False, load),
-            "twin_load": lambda: self._spec(twin, True, load),
-            "after_loss": lambda: self._spec(self.kv_cache_dtype, True, load),
-            "after_loss_recompute": lambda: self._spec(self.kv_cache_dtype, True, load, "recompute"),
+            "baseline": lambda: self._spec(dtype, None, load),
+            SAME_ENGINE: lambda: self._spec(dtype, SAME_ENGINE, STORED, reload=load),
+            "store": lambda: self._spec(dtype, "store", STORED),
+            "load": lambda: self._spec(dtype, "load", load),
+            "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),
+            "twin_load": lambda: self._spec(self.twin_dtype, "twin_load", load),
+            "after_loss": lambda: self._spec(dtype, "after_loss", load),
+            "after_loss_recompute": lambda: self._spec(dtype, "after_loss_recompute", load, "recompute"),
         }
+
+    def tolerance(self, baseline: EngineRun, batch: str) -> Tolerance | None:
+        """What a run is compared to ``baseline`` within for ``batch``: vLLM's own irreproducibility
+        (``comparison_tolerance``), or the tolerance a lossy connector declares, the larger."""
+        found = [t for t in (comparison_tolerance(baseline, self.batches[batch]), self.connector_tolerance) if t]
+        return max(found, key=lambda t: t.logprob) if found else None
+
+    @property
+    def connector_tolerance(self) -> Tolerance | None:
+        tol = self.connector.lossy_tolerance
+        return Tolerance(tol, f"the tolerance {self.connector.label} declares (lossy={tol:g})") if tol else None
 
     @property
     def twin_dtype(self) -> str:
@@ -134,7 +163,9 @@ class EngineCell:
         if role in self.runs:
             return self.runs[role]
         intact = ["store", "load", "twin_load"]
-        needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact}
+        needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact,
+                 # A server is emptied when the roles switch worlds: the same-engine role goes first.
+                 "store": [SAME_ENGINE] if self.server is not None else []}
         for dep in needs.get(role, []):
             try:
                 self.run(dep)
@@ -273,6 +304,6 @@ def within_tolerance(got: list[dict[str, Any]], want: list[dict[str, Any]], tole
 
 def external_hits(run: EngineRun, batch: str | None = None) -> float:
     """External prefix-cache hits vLLM counted for ``batch`` (or all), each generate call once."""
-    deltas = {(r["batch"], r["group"]): r["counters_delta"] for r in run.result.get("requests", [])
+    deltas = {(r["batch"], r.get("phase", 0), r["group"]): r["counters_delta"] for r in run.result.get("requests", [])
               if batch is None or r["batch"] == batch}
     return sum(d.get("external_prefix_cache_hits", 0) for d in deltas.values())

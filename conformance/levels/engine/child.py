@@ -6,8 +6,10 @@ process leaves through ``os._exit`` so that no teardown can hang it.
 
 SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``,
 ``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
-``[{"name", "prompts": [[token ids]], "together": bool}]``; a batch ``together`` is submitted in
-one ``generate`` call (concurrent requests), otherwise prompt by prompt.
+``[{"name", "prompts": [[token ids]], "together": bool, "phase": int}]``; a batch ``together`` is
+submitted in one ``generate`` call (concurrent requests), otherwise prompt by prompt. Before the
+first batch of each later phase the engine's own prefix cache is reset (``reset_prefix_cache``),
+so what comes back in that phase comes back through the connector.
 Logprobs are recorded as ``float.hex`` strings: compared as bits, never as floats.
 """
 
@@ -65,12 +67,13 @@ def _device_type() -> str:
     return str(getattr(current_platform, "device_type", "unknown"))
 
 
-def _record(output: Any, batch: str, idx: int, group: int, delta: dict[str, float]) -> dict[str, Any]:
+def _record(output: Any, batch: str, idx: int, group: int, delta: dict[str, float], phase: int) -> dict[str, Any]:
     completion = output.outputs[0]
     steps = [{"token": tok, "logprob": lps[tok].logprob.hex(),
               "top": sorted([k, v.logprob.hex()] for k, v in lps.items())}
              for tok, lps in zip(completion.token_ids, completion.logprobs or [])]
-    return {"batch": batch, "idx": idx, "group": group, "prompt_len": len(output.prompt_token_ids or []),
+    return {"batch": batch, "phase": phase, "idx": idx, "group": group,
+            "prompt_len": len(output.prompt_token_ids or []),
             "tokens": list(completion.token_ids), "steps": steps,
             "finish_reason": str(completion.finish_reason),
             "num_cached_tokens": output.num_cached_tokens, "counters_delta": delta}
@@ -124,8 +127,11 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
                           "device": _device_type()}
     params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 8),
                             logprobs=spec.get("logprobs", 5), ignore_eos=True, seed=0)
-    records, timings = [], {}
+    records, timings, resets, phase = [], {}, [], 0
     for batch in spec["batches"]:
+        if batch.get("phase", 0) != phase:
+            phase = batch["phase"]
+            resets.append(bool(llm.reset_prefix_cache()))  # False: requests still held blocks
         t = time.perf_counter()
         prompts = [TokensPrompt(prompt_token_ids=p) for p in batch["prompts"]]
         groups = [prompts] if batch.get("together") else [[p] for p in prompts]
@@ -136,10 +142,11 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
             after = _counters(llm)
             delta = {k.split(":")[1]: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
             for out in outputs:
-                records.append(_record(out, batch["name"], idx, g, delta))
+                records.append(_record(out, batch["name"], idx, g, delta, phase))
                 idx += 1
-        timings[batch["name"]] = round(time.perf_counter() - t, 3)
+        timings[f"{batch['name']}@{phase}" if phase else batch["name"]] = round(time.perf_counter() - t, 3)
     result["requests"] = records
+    result["prefix_cache_resets"] = resets
     result["t_batches_s"] = timings
     result["counters"] = _counters(llm)
     result["ok"] = True

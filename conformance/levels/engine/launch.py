@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,11 @@ class EngineRun:
 
     def requests(self, batch: str) -> list[dict[str, Any]]:
         return [r for r in self.result.get("requests", []) if r["batch"] == batch]
+
+    def phase(self, phase: int) -> EngineRun:
+        """This run as if it were only its ``phase`` (a same-engine run's store pass is 0, its reload 1)."""
+        records = [r for r in self.result.get("requests", []) if r.get("phase", 0) == phase]
+        return replace(self, result={**self.result, "requests": records})
 
     def describe_failure(self) -> str:
         return f"engine {self.role}: {self.error}\n--- log tail ---\n{self.log_tail}"

@@ -11,9 +11,9 @@ message names it. Prompts served one by one are always compared as bits.
 import pytest
 
 from conformance.contract.spec import KVSpec
-from conformance.levels.engine.cell import NotRunnable, compare_runs, comparison_tolerance, external_hits
+from conformance.levels.engine.cell import COLD_ROLES, SAME_ENGINE, NotRunnable, compare_runs, external_hits
 from conformance.verdict.asserts import ClauseViolation
-from conformance.verdict.clauses import clause
+from conformance.verdict.clauses import clause, count_load
 from conformance.verdict.guard import HarnessError
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
@@ -28,21 +28,28 @@ def _not_runnable(exc: NotRunnable):
     pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
 
 
-def _connector_run(cell, role, clause_id):
-    """A connector engine's run; its failure is the connector's (Fail), with the engine's log."""
+def _connector_run(cell, role, clause_id, cold_check=True):
+    """A connector engine's run; its failure is the connector's (Fail), with the engine's log. The
+    first engine over empty storage must claim no external hit (``cold_check``)."""
     engine = cell.run(role)
     if not engine.ok:
         if engine.timed_out:
             raise HarnessError(engine.describe_failure())
         raise ClauseViolation(clause_id, f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
+    claimed = external_hits(engine.phase(0), "boundaries") if cold_check and role in COLD_ROLES else 0
+    if claimed:
+        raise ClauseViolation(clause_id, (
+            f"{cell.connector.label} claims KV it never stored: engine {role}, the first over its empty storage, "
+            f"counted {claimed:g} external prefix-cache hit tokens for prompts no engine had seen (served one by "
+            "one); whatever it loaded there is not KV any engine computed"))
     return engine
 
 
 def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
     """Raise unless ``got``'s outputs match ``want``'s; ``skip_failed`` exempts requests the engine
     failed (finish_reason "error"): a clear failure, not an output."""
-    problems = [p for b in batches
-                for p in compare_runs(got, want, b, comparison_tolerance(want, cell.batches[b]), skip_failed)]
+    count_load(sum(external_hits(got, b) for b in batches))
+    problems = [p for b in batches for p in compare_runs(got, want, b, cell.tolerance(want, b), skip_failed)]
     if problems:
         raise ClauseViolation(clause_id, f"{what} differs from the no-connector baseline in "
                                          f"{len(problems)} request(s): " + "; ".join(problems[:3]))
@@ -56,6 +63,28 @@ def _stored_then_loaded(cell, clause_id):
         _not_runnable(exc)
     _connector_run(cell, "store", clause_id)
     return base, _connector_run(cell, "load", clause_id)
+
+
+@clause("engine_same_engine_reload")
+def test_engine_same_engine_reload(cell):
+    cid = "engine_same_engine_reload"
+    try:
+        base = cell.baseline()
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    engine = _connector_run(cell, SAME_ENGINE, cid)
+    if not all(engine.result.get("prefix_cache_resets", [False])):
+        raise HarnessError(f"engine {SAME_ENGINE}: vLLM did not reset its prefix cache between the passes "
+                           "(requests still held blocks), so the reload proves nothing")
+    reload = engine.phase(1)
+    hits = external_hits(reload)
+    if hits <= 0:
+        raise ClauseViolation(cid, (
+            f"the engine loaded nothing: 0 external prefix-cache hits over {len(reload.result['requests'])} "
+            f"requests whose prefixes it had served before its prefix cache was reset; {cell.connector.label} "
+            "silently did nothing"))
+    _identical(cell, reload, base, ["extends", "boundaries", "concurrent"], cid,
+               f"the engine reloading after reset_prefix_cache ({hits:g} external hit tokens)")
 
 
 @clause("engine_store_then_load")
@@ -77,8 +106,9 @@ def test_engine_effective_dtype(cell):
     except NotRunnable as exc:
         _not_runnable(exc)
     want = KVSpec(kv_cache_dtype=cell.kv_cache_dtype, model_dtype="bfloat16").storage_dtype
-    for role in ("store", "load"):
-        engine = _connector_run(cell, role, "engine_effective_dtype")
+    across = ("store", "load") if "persistent" in cell.connector.capabilities else ()
+    for role in (SAME_ENGINE, *across):  # the connector engines the cell runs anyway
+        engine = _connector_run(cell, role, "engine_effective_dtype", cold_check=False)
         resolved = engine.result["resolved"]
         if resolved["cache_dtype"] != cell.kv_cache_dtype:
             raise ClauseViolation("engine_effective_dtype", (

@@ -5,6 +5,8 @@ exactly the clauses it breaks. Needs vLLM in this Python: ``nox -s engine``.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conformance.verdict.clauses import CLAUSES
@@ -12,8 +14,12 @@ from conformance.verdict.clauses import CLAUSES
 pytestmark = pytest.mark.engine
 
 API_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "connector"}
+ACROSS = {c.id for c in CLAUSES.values() if c.level == "connector" and "persistent" in c.requires}
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage"}  # inherited from ExampleConnector
 ZOO = "conformance.zoo.connectors."
+GOOD = "conformance.zoo.good."
+# Caches that live inside their engine: run as their authors would declare them (not persistent).
+IN_ENGINE = {GOOD + "in_engine:InEngineConnector", ZOO + "block_reference:BlockReferenceConnector"}
 # connector -> the clauses it must fail under the ci profile (every other clause must pass).
 EXPECTED = {
     # Keyed by token ids only, it serves an fp8_e4m3 pair the bytes an fp8_e5m2 pair stored; with
@@ -23,10 +29,13 @@ EXPECTED = {
     # torch dtype, uint8 for every fp8 format, so the fp8 twins read each other's chunks. A server
     # restart loses its store: the load misses, which is a pass of api_damaged_storage.
     "LMCacheMPConnector": {"api_format_isolation"},
-    ZOO + "noop:NoopConnector": {"api_save_load_roundtrip"},  # stores nothing to damage: Not runnable
-    ZOO + "reversed_blocks:ReversedBlocksConnector": {"api_save_load_roundtrip"} | FILE_STORE_BUGS,
+    # Stores nothing to damage (Not runnable) and loads nothing to compare (Not exercised).
+    ZOO + "noop:NoopConnector": {"api_save_load_roundtrip", "api_same_engine_roundtrip"},
+    ZOO + "reversed_blocks:ReversedBlocksConnector":
+        {"api_save_load_roundtrip", "api_same_engine_roundtrip"} | FILE_STORE_BUGS,
     ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes"} | FILE_STORE_BUGS,
-    ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_save_load_roundtrip"} | FILE_STORE_BUGS,
+    ZOO + "first_layer_only:FirstLayerOnlyConnector":
+        {"api_save_load_roundtrip", "api_same_engine_roundtrip"} | FILE_STORE_BUGS,
     # Keyed by the first block alone: a prompt sharing only that block is handed the rest of another's KV.
     ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | FILE_STORE_BUGS,
     # Correct, but reads vLLM's current config where vLLM's worker has one set: flagged only for
@@ -34,7 +43,13 @@ EXPECTED = {
     "conformance.zoo.good.config_reading:ConfigReadingConnector": FILE_STORE_BUGS,
     # Loads only the first request of each step: right one request at a time, wrong in a batch.
     ZOO + "first_load_only:FirstLoadOnlyConnector": {"api_concurrent_loads"} | FILE_STORE_BUGS,
+    # A cache inside its engine: the cross-engine clauses are Disabled, never a false Fail.
+    GOOD + "in_engine:InEngineConnector": set(),
+    # Remembers the slots instead of copying the KV: wrong once freed blocks are overwritten.
+    ZOO + "block_reference:BlockReferenceConnector": {"api_same_engine_roundtrip"},
 }
+# Clauses that compared nothing: the connector loaded nothing there (never a Pass).
+NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads"}}
 
 # Clauses that catch the same bug when their drawn examples exercise it (a partial prefix that
 # happens to hit a whole stored block): allowed to fail, not required to (wpt's intermittent).
@@ -47,7 +62,8 @@ MAY_FAIL = {
 
 
 def api_suite(run_suite, connector: str, *extra: str):
-    return run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci", *extra,
+    declared = () if connector in IN_ENGINE else ("--kv-connector-capabilities=persistent",)
+    return run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci", *declared, *extra,
                      timeout=900)
 
 
@@ -58,10 +74,38 @@ def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
     assert set(statuses) == API_CLAUSES, run.output[-3000:]
     failing = {c for c, s in statuses.items() if s == "Fail"}
     assert EXPECTED[connector] <= failing <= EXPECTED[connector] | MAY_FAIL.get(connector, set()), run.output[-3000:]
-    assert set(statuses.values()) <= {"Pass", "Fail", "Not runnable"}, run.output[-3000:]
+    assert {c for c, s in statuses.items() if s == "Not exercised"} == NOT_EXERCISED.get(connector, set())
+    disabled = {c for c, s in statuses.items() if s == "Disabled"}
+    assert disabled == (ACROSS if connector in IN_ENGINE else set()), run.output[-3000:]
+    assert set(statuses.values()) <= {"Pass", "Fail", "Not runnable", "Not exercised", "Disabled"}
     for test in run.results["tests"]:
         if test["status"] == "Fail":
             assert test["message"].startswith(f"[{test['clause']}]"), test["message"]
+
+
+def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
+    """vLLM's DecodeBenchConnector claims num_tokens - 1 cached tokens for every new request and
+    fills them with constants: the cold-cache control names that, not a byte or format mismatch."""
+    run = api_suite(run_suite, "DecodeBenchConnector", "-k", "roundtrip")
+    statuses = run.statuses()
+    assert statuses == {"api_save_load_roundtrip": "Fail", "api_same_engine_roundtrip": "Fail"}, run.output[-3000:]
+    for test in run.results["tests"]:
+        assert "claims KV it never stored" in test["message"], test["message"]
+
+
+def test_a_multiconnector_reaches_every_childs_storage(run_suite):
+    """MultiConnector's children get the suite's private directory through '{storage}', so damage
+    reaches both (two files per layer pair) and the clauses judge the pair, not ExampleConnector
+    alone."""
+    child = {"kv_connector": "ExampleConnector", "kv_role": "kv_both"}
+    extra = {"connectors": [{**child, "kv_connector_extra_config": {"shared_storage_path": "{storage}/a"}},
+                            {**child, "kv_connector_extra_config": {"shared_storage_path": "{storage}/b"}}]}
+    run = api_suite(run_suite, "MultiConnector", f"--kv-connector-extra-config={json.dumps(extra)}",
+                    "--kv-cache-dtypes=auto", "-k", "roundtrip or damaged")
+    statuses = run.statuses()
+    assert statuses["api_save_load_roundtrip"] == statuses["api_same_engine_roundtrip"] == "Pass", run.output[-3000:]
+    (damaged,) = [t for t in run.results["tests"] if t["clause"] == "api_damaged_storage" and t["status"] != "Skip"]
+    assert damaged["status"] == "Fail" and "each of the 4 files" in damaged["message"], damaged
 
 
 def test_stale_layout_api_is_named_before_anything_runs(run_suite):

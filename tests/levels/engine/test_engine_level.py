@@ -12,6 +12,8 @@ import sys
 import pytest
 import torch
 
+from conformance.verdict.clauses import CLAUSES
+
 pytestmark = pytest.mark.engine
 
 ENGINE_PYTHON = os.environ.get("KVCONFORM_ENGINE_PYTHON", sys.executable)
@@ -22,13 +24,15 @@ FP8_NOT_HERE = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
 # The dtype the zoo connectors are flagged under: fp8 where it runs (its noisier batches make the
 # concurrent batch's tolerance widest), else the model's own.
 ZOO_DTYPE = "fp8_e5m2" if FP8_KV_RUNS_HERE else "auto"
-PASSING = {"engine_store_then_load", "engine_effective_dtype", "engine_block_boundaries",
-           "engine_concurrent_requests", "engine_lost_storage"}
+PASSING = {"engine_same_engine_reload", "engine_store_then_load", "engine_effective_dtype",
+           "engine_block_boundaries", "engine_concurrent_requests", "engine_lost_storage"}
+ACROSS = {c.id for c in CLAUSES.values() if c.level == "engine" and "persistent" in c.requires}
 
 
-def engine_suite(run_suite, connector: str, dtype: str, *extra: str):
+def engine_suite(run_suite, connector: str, dtype: str, *extra: str, persistent: bool = True):
+    declared = ("--kv-connector-capabilities=persistent",) if persistent else ()
     return run_suite(f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}", "--kv-levels=engine",
-                     f"--kv-engine-python={ENGINE_PYTHON}", *extra, timeout=1800)
+                     f"--kv-engine-python={ENGINE_PYTHON}", *declared, *extra, timeout=1800)
 
 
 def not_runnable_here(run, dtype: str) -> bool:
@@ -84,9 +88,30 @@ def test_lmcache_mp_connector_with_its_real_server(run_suite, dtype):
 
 
 def test_noop_connector_is_flagged_for_loading_nothing(run_suite):
-    run = engine_suite(run_suite, "conformance.zoo.connectors.noop:NoopConnector", "auto", "-k", "store_then_load")
+    run = engine_suite(run_suite, "conformance.zoo.connectors.noop:NoopConnector", "auto",
+                       "-k", "store_then_load or same_engine or block_boundaries")
+    tests = {t["clause"]: t for t in run.results["tests"]}
+    for cid in ("engine_store_then_load", "engine_same_engine_reload"):
+        assert tests[cid]["status"] == "Fail" and "0 external prefix-cache hits" in tests[cid]["message"], tests
+    # Its outputs equal the baseline's, but nothing was loaded: compared nothing, so never a Pass.
+    assert tests["engine_block_boundaries"]["status"] == "Not exercised", tests
+
+
+def test_a_cache_inside_its_engine_gets_no_false_fail(run_suite):
+    """Without `persistent` the cross-engine clauses are Disabled (a fresh engine starts empty by
+    design); within its engine it must load what it stored."""
+    run = engine_suite(run_suite, "conformance.zoo.good.in_engine:InEngineConnector", "auto", persistent=False)
+    statuses = run.statuses()
+    assert {c for c, s in statuses.items() if s == "Disabled"} == ACROSS, run.output[-4000:]
+    assert statuses["engine_same_engine_reload"] == statuses["engine_effective_dtype"] == "Pass", run.output[-4000:]
+    assert run.results["connector"]["capabilities"] == []
+
+
+def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
+    # vLLM's DecodeBenchConnector fills "cached" tokens with constants: its first engine claims hits.
+    run = engine_suite(run_suite, "DecodeBenchConnector", "auto", "-k", "same_engine", persistent=False)
     (test,) = run.results["tests"]
-    assert test["status"] == "Fail" and "0 external prefix-cache hits" in test["message"]
+    assert test["status"] == "Fail" and "claims KV it never stored" in test["message"], test
 
 
 def test_token_reversing_connector_is_flagged_for_wrong_outputs(run_suite):

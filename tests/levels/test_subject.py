@@ -1,0 +1,61 @@
+"""The connector under test as the user declares it: capabilities, never guessed, and the private
+storage the suite hands it wherever its config says, however nested."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.levels.subject import CONNECTOR_CAPABILITIES, ConnectorChoice, parse_capabilities
+from conformance.verdict.clauses import CLAUSES, disabled_reason
+
+
+def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
+    assert parse_capabilities("persistent, lossy=0.05") == (frozenset({"persistent", "lossy"}), 0.05)
+    assert parse_capabilities("") == (frozenset(), None)
+    with pytest.raises(ValueError, match="unknown capability 'persistant'; valid: persistent"):
+        parse_capabilities("persistant")
+    with pytest.raises(ValueError, match="lossy='x' is not a number"):
+        parse_capabilities("lossy=x")
+    with pytest.raises(ValueError, match="persistent takes no value"):
+        parse_capabilities("persistent=1")
+    with pytest.raises(ValueError, match="must be a positive tolerance"):
+        parse_capabilities("lossy=-1")
+    assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy"}
+
+
+def test_cross_engine_clauses_are_disabled_for_a_cache_inside_its_engine():
+    in_engine = ConnectorChoice.parse("InMem")
+    across = [c for c in CLAUSES.values() if c.level in ("connector", "engine") and "persistent" in c.requires]
+    assert across and all(disabled_reason(c, in_engine.capabilities, in_engine.label) for c in across)
+    for cid in ("api_same_engine_roundtrip", "engine_same_engine_reload", "api_requirements"):
+        assert disabled_reason(CLAUSES[cid], in_engine.capabilities, in_engine.label) is None
+    persistent = ConnectorChoice.parse("Files", capabilities="persistent")
+    assert not any(disabled_reason(c, persistent.capabilities, persistent.label) for c in across)
+    lossy = ConnectorChoice.parse("Codec", capabilities="persistent,lossy=0.1")
+    assert disabled_reason(CLAUSES["api_save_load_roundtrip"], lossy.capabilities, lossy.label)
+    assert disabled_reason(CLAUSES["engine_store_then_load"], lossy.capabilities, lossy.label) is None
+    assert lossy.lossy_tolerance == 0.1
+
+
+def test_storage_placeholder_reaches_every_child():
+    extra = ('{"connectors": [{"kv_connector": "ExampleConnector", "kv_connector_extra_config": '
+             '{"shared_storage_path": "{storage}/a"}}, {"kv_connector": "X", "kv_connector_extra_config": '
+             '{"paths": ["{storage}/b", 3], "url": "redis://h"}}]}')
+    cfg = ConnectorChoice.parse("MultiConnector", extra).transfer_config({}, "/run/7")
+    children = cfg["kv_connector_extra_config"]["connectors"]
+    assert children[0]["kv_connector_extra_config"] == {"shared_storage_path": "/run/7/a"}
+    assert children[1]["kv_connector_extra_config"] == {"paths": ["/run/7/b", 3], "url": "redis://h"}
+    assert "shared_storage_path" not in cfg["kv_connector_extra_config"]  # the user placed it
+
+
+def test_without_a_placeholder_the_storage_is_example_connectors_path():
+    cfg = ConnectorChoice.parse("pkg.mod:Mine", '{"url": "x"}').transfer_config({"lmcache.mp.port": 1}, "/run/1")
+    assert cfg == {"kv_connector": "Mine", "kv_role": "kv_both", "kv_connector_module_path": "pkg.mod",
+                   "kv_connector_extra_config": {"shared_storage_path": "/run/1", "lmcache.mp.port": 1, "url": "x"}}
+
+
+def test_a_subclass_is_not_taken_for_its_base_by_name():
+    assert ConnectorChoice.parse("LMCacheMPConnector").is_a("LMCacheMPConnector")
+    assert not ConnectorChoice.parse("ExampleConnector").is_a("LMCacheMPConnector")
+    # Not importable here: judged by the engine's Python, never guessed from the name.
+    assert not ConnectorChoice.parse("no.such.module:LMCacheMPConnector").is_a("LMCacheMPConnector")
