@@ -24,13 +24,14 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_CONNECTORS = ("ExampleConnector", "LMCacheMPConnector")
 
 
-def run_connector(connector: str, profile: str) -> dict:
+def run_connector(connector: str, profile: str, capabilities: str = "persistent") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         started = time.monotonic()
         subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance", "-q", "-p", "no:cacheprovider",
                         f"--kv-connector={connector}", "--kv-levels=connector", f"--kv-profile={profile}",
+                        f"--kv-connector-capabilities={capabilities}",
                         f"--kv-results={out}", f"--basetemp={tmp}/base"], cwd=HERE.parent, capture_output=True)
         wall = time.monotonic() - started
         peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -47,8 +48,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connector", action="append", default=None)
     parser.add_argument("--profile", default="ci")
+    parser.add_argument("--capabilities", default="persistent", help="what every connector given declares")
     args = parser.parse_args()
-    rows = [run_connector(c, args.profile) for c in args.connector or DEFAULT_CONNECTORS]
+    rows = [run_connector(c, args.profile, args.capabilities) for c in args.connector or DEFAULT_CONNECTORS]
     path = HERE / "results" / "connector_api.json"
     path.write_text(json.dumps(rows, indent=2) + "\n")
     for r in rows:

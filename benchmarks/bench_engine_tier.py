@@ -5,7 +5,10 @@ given, reads the engine timings from the results file, and writes
 ``benchmarks/results/engine_tier.json``: per cell, the wall time to a verdict, how many
 engines were started, each engine's process wall time and vLLM start time.
 
-    python benchmarks/bench_engine_tier.py [--cell ExampleConnector:auto ...] [--engine-python PY]
+    python benchmarks/bench_engine_tier.py [--cell ExampleConnector,auto,persistent ...] [--engine-python PY]
+
+A cell is ``CONNECTOR,KV_CACHE_DTYPE[,CAPABILITIES]`` (capabilities as ``--kv-connector-capabilities``
+takes them, ``+``-separated): a connector declared without ``persistent`` runs the same-engine role only.
 """
 
 from __future__ import annotations
@@ -21,18 +24,20 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run_cell(connector: str, dtype: str, python: str) -> dict:
+def run_cell(connector: str, dtype: str, capabilities: str, python: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         started = time.monotonic()
         subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance", "-q", "-p", "no:cacheprovider",
                         f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}", f"--kv-engine-python={python}",
+                        f"--kv-connector-capabilities={capabilities.replace('+', ',')}", "--kv-levels=engine",
                         f"--kv-results={out}", f"--basetemp={tmp}/base"], cwd=HERE.parent, capture_output=True)
         wall = time.monotonic() - started
         doc = json.loads(out.read_text())
     timings = doc["connector"]["engine_timings"]
     engines = {k: v for k, v in timings.items() if isinstance(v, dict)}
-    return {"connector": connector, "kv_cache_dtype": dtype, "time_to_verdict_s": round(wall, 1),
+    return {"connector": connector, "kv_cache_dtype": dtype, "capabilities": capabilities,
+            "time_to_verdict_s": round(wall, 1),
             "engine_starts": len(engines), "engines": engines,
             "lmcache_server_ready_s": timings.get("lmcache_server_ready_s"),
             "verdicts": {t["clause"]: t["status"] for t in doc["tests"]},
@@ -41,16 +46,17 @@ def run_cell(connector: str, dtype: str, python: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cell", action="append", default=None, metavar="CONNECTOR:DTYPE")
+    parser.add_argument("--cell", action="append", default=None, metavar="CONNECTOR,DTYPE[,CAPABILITIES]")
     parser.add_argument("--engine-python", default=sys.executable)
     args = parser.parse_args()
-    cells = args.cell or ["ExampleConnector:auto", "ExampleConnector:fp8_e5m2",
-                          "LMCacheMPConnector:auto", "LMCacheMPConnector:fp8_e5m2"]
-    rows = [run_cell(*c.split(":"), args.engine_python) for c in cells]
+    cells = args.cell or ["ExampleConnector,auto,persistent", "ExampleConnector,fp8_e5m2,persistent",
+                          "LMCacheMPConnector,auto,persistent", "LMCacheMPConnector,fp8_e5m2,persistent",
+                          "conformance.zoo.good.in_engine:InEngineConnector,auto", "DecodeBenchConnector,auto"]
+    rows = [run_cell(*(c.split(",") + [""])[:3], args.engine_python) for c in cells]
     path = HERE / "results" / "engine_tier.json"
     path.write_text(json.dumps(rows, indent=2) + "\n")
     for r in rows:
-        print(f"{r['connector']:<20} {r['kv_cache_dtype']:<9} {r['time_to_verdict_s']:>7}s to verdict, "
+        print(f"{r['connector'][-32:]:<32} {r['kv_cache_dtype']:<9} {r['time_to_verdict_s']:>7}s to verdict, "
               f"{r['engine_starts']} engine starts")
     print(f"written to {path.relative_to(HERE.parent)}")
 

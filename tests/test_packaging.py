@@ -75,7 +75,8 @@ def test_the_wheel_runs_the_store_level_outside_the_checkout(installed: Path, tm
 
 
 def test_the_wheel_runs_the_connector_level_with_the_default_model(installed: Path, tmp_path: Path) -> None:
-    statuses = _suite(installed, tmp_path, "--kv-connector=ExampleConnector", "--kv-levels=connector")
+    statuses = _suite(installed, tmp_path, "--kv-connector=ExampleConnector", "--kv-levels=connector",
+                      "--kv-connector-capabilities=persistent")
     # The default model (qwen3-tiny) and the API history come from the wheel: a clause that cannot
     # find them is Error or Not runnable. ExampleConnector's own bugs stay Fail.
     assert statuses["api_save_load_roundtrip"] == "Pass", statuses

@@ -11,7 +11,6 @@ from typing import Any
 
 from conformance.stores.lmcache_server import LMCacheServer
 
-
 STORAGE = "{storage}"  # in a connector's extra config: the private directory the suite gives each run
 
 # What a connector may declare about itself (never guessed from its name): clauses that need a

@@ -4,9 +4,9 @@ Engines are expensive (seconds each on two cores), so a cell starts each *role* 
 scenario reads the same runs: a no-connector baseline, one engine that stores, resets its own
 prefix cache and loads again (every connector), and for a connector whose cache outlives its
 engine: a store engine, a fresh load engine, a load engine under the format twin (plus its
-baseline), and a load engine after the storage was damaged. Runs happen on first use, in dependency order, and are kept with their timings; the
-no-connector baselines may come from a matrix run's ``BaselineStore`` instead (same spec, same
-Python: the same run).
+baseline), and a load engine after the storage was damaged. Runs happen on first use, in
+dependency order, and are kept with their timings; the no-connector baselines may come from a
+matrix run's ``BaselineStore`` instead (same spec, same Python: the same run).
 """
 
 from __future__ import annotations
