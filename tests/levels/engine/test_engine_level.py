@@ -161,3 +161,14 @@ def test_mla_on_cpu_is_compared_within_a_tolerance_that_still_catches_a_bad_load
     (test,) = bad.results["tests"]
     assert test["status"] == "Fail", test
     assert "MLA-on-CPU tolerance" in test["message"] or "not a near-tie" in test["message"], test["message"]
+
+
+def test_a_lossy_codec_is_judged_within_the_tolerance_it_declares(run_suite):
+    # ExampleConnector clearing the two lowest mantissa bits of 16-bit KV (conformance/zoo/good/).
+    codec, scenarios = "conformance.zoo.good.lossy_codec:LossyCodecConnector", ("-k", "store_then_load")
+    declared = engine_suite(run_suite, codec, "auto", "--kv-connector-capabilities=persistent,lossy=0.1", *scenarios,
+                            persistent=False)
+    assert declared.statuses() == {"engine_store_then_load": "Pass"}, declared.output[-4000:]
+    undeclared = engine_suite(run_suite, codec, "auto", *scenarios)
+    (test,) = undeclared.results["tests"]
+    assert test["status"] == "Fail" and "differs from the no-connector baseline" in test["message"], test
