@@ -4,6 +4,7 @@ for it (both the connector-API and the engine level use them)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,21 @@ class ConnectorChoice:
         except Exception:  # not importable in this Python: judged by the engine's, not guessed here
             return False
         return base is not None and isinstance(cls, type) and issubclass(cls, base)
+
+
+# How a connector says this machine is not one it runs on (vLLM's CPU offloading worker: "CPU
+# Offloading is currently only supported on CUDA-alike and XPU GPUs"; a load path that moves
+# tensors to CUDA: "Found no NVIDIA driver on your system"). Said while it is built or registers
+# its caches, before any KV moved, it is Not runnable with those words, not the connector's Fail.
+_REFUSAL = re.compile(r"only supported on|not supported on|no NVIDIA driver|not compiled with CUDA|"
+                      r"requires? (a |an )?(CUDA|GPU|NVIDIA|XPU)", re.IGNORECASE)
+_DEVICE = re.compile(r"\b(CUDA|CUDA-alike|GPUs?|XPU|ROCm|NVIDIA|HPU|TPU|NPU)\b", re.IGNORECASE)
+
+
+def refuses_platform(message: str) -> bool:
+    """Whether ``message`` is a connector declining this platform: a refusal naming a device."""
+    found = _REFUSAL.search(message)
+    return bool(found and _DEVICE.search(message, found.start()))
 
 
 def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:

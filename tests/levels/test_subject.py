@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.levels.subject import CONNECTOR_CAPABILITIES, ConnectorChoice, parse_capabilities
+from conformance.levels.subject import CONNECTOR_CAPABILITIES, ConnectorChoice, parse_capabilities, refuses_platform
 from conformance.verdict.clauses import CLAUSES, disabled_reason
 
 
@@ -59,3 +59,17 @@ def test_a_subclass_is_not_taken_for_its_base_by_name():
     assert not ConnectorChoice.parse("ExampleConnector").is_a("LMCacheMPConnector")
     # Not importable here: judged by the engine's Python, never guessed from the name.
     assert not ConnectorChoice.parse("no.such.module:LMCacheMPConnector").is_a("LMCacheMPConnector")
+
+
+@pytest.mark.parametrize("message, refuses", [
+    ("Exception: CPU Offloading is currently only supported on CUDA-alike and XPU GPUs", True),  # vLLM 0.32
+    ("RuntimeError: Found no NVIDIA driver on your system", True),
+    ("AssertionError: Torch not compiled with CUDA enabled", True),
+    ("RuntimeError: Index put requires the source and destination dtypes match", False),
+    ("ValueError: block_size 16 is not supported; requires a multiple of 32", False),
+    ("KeyError: 'model.layers.0.self_attn.attn'", False),
+])
+def test_a_platform_refusal_names_a_device(message, refuses):
+    """Only a refusal that names a device this machine lacks is Not runnable; any other exception a
+    connector raises while it is built stays its own Fail."""
+    assert refuses_platform(message) is refuses

@@ -19,7 +19,7 @@ import torch
 
 from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
-from conformance.levels.subject import ConnectorChoice
+from conformance.levels.subject import ConnectorChoice, refuses_platform
 from conformance.verdict.clauses import count_load
 from conformance.verdict.guard import Guarded, HarnessError
 
@@ -35,6 +35,11 @@ class ConnectorRaised(Exception):
     def __init__(self, phase: str, exc: BaseException) -> None:
         super().__init__(f"{phase}: {type(exc).__name__}: {exc}")
         self.phase, self.exc = phase, exc
+
+
+class PlatformRefused(ConnectorRaised):
+    """The connector declined this platform while it was built or registered its caches, before any
+    KV moved (``refuses_platform``): Not runnable here, in its own words."""
 
 
 class PhantomHit(Exception):
@@ -173,7 +178,7 @@ class ConnectorHarness:
         try:
             with era.worker_setup(config):
                 self._setup("register_kv_caches", worker.register_kv_caches, caches)
-            scheduler = self._guarded(self._hook("building the scheduler", self._timed(
+            scheduler = self._guarded(self._setup("building the scheduler", self._timed(
                 "building the scheduler", era.make_scheduler), config, kv_cache_config), "scheduler")
             for requests, fill in phases:
                 if runs:
@@ -246,10 +251,13 @@ class ConnectorHarness:
 
     @classmethod
     def _setup(cls, phase: str, call: Callable[..., Any], *args: Any) -> Any:
-        """A hook that builds the worker side: NotImplementedError there declines the layout."""
+        """A hook that builds a connector or registers the caches: NotImplementedError there declines
+        the layout; a refusal of this platform makes the scenario Not runnable."""
         try:
             return cls._hook(phase, call, *args)
         except ConnectorRaised as exc:
             if isinstance(exc.exc, NotImplementedError):
                 raise LayoutRefused(exc.phase, exc.exc) from exc.exc
+            if refuses_platform(str(exc)):
+                raise PlatformRefused(exc.phase, exc.exc) from exc.exc
             raise
