@@ -31,7 +31,6 @@ import time
 
 import numpy as np
 import torch
-
 from vllm.v1.kv_cache_layout import KVCacheLayout
 from vllm.v1.kv_offload.base import (
     BlockIDsLoadStoreSpec,
@@ -49,14 +48,16 @@ __all__ = ["CPUOnlyOffloadingSpec", "TorchCPUOffloadingWorker"]
 class CPUOnlyOffloadingSpec(CPUOffloadingSpec):
     """vLLM's ``CPUOffloadingSpec`` with a torch-on-CPU transfer worker."""
 
+    _torch_worker: TorchCPUOffloadingWorker | None = None  # the parent's _worker is typed as its CUDA one
+
     def _uses_shared_region(self) -> bool:
         return False  # a private tensor per worker, never the CUDA-pinned /dev/shm region
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
-        if self._worker is None:
+        if self._torch_worker is None:
             _check_layout(self.config.kv_cache_layout)
-            self._worker = TorchCPUOffloadingWorker(kv_caches, self.blocks_per_chunk, self.num_chunks)
-        return self._worker
+            self._torch_worker = TorchCPUOffloadingWorker(kv_caches, self.blocks_per_chunk, self.num_chunks)
+        return self._torch_worker
 
 
 def _check_layout(name: str | None) -> None:

@@ -61,8 +61,9 @@ MAY_FAIL = {
 }
 
 
-def api_suite(run_suite, connector: str, *extra: str):
-    declared = () if connector in IN_ENGINE else ("--kv-connector-capabilities=persistent",)
+def api_suite(run_suite, connector: str, *extra: str, persistent: bool | None = None):
+    persistent = connector not in IN_ENGINE if persistent is None else persistent
+    declared = ("--kv-connector-capabilities=persistent",) if persistent else ()
     return run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci", *declared, *extra,
                      timeout=900)
 
@@ -106,6 +107,27 @@ def test_a_multiconnector_reaches_every_childs_storage(run_suite):
     assert statuses["api_save_load_roundtrip"] == statuses["api_same_engine_roundtrip"] == "Pass", run.output[-3000:]
     (damaged,) = [t for t in run.results["tests"] if t["clause"] == "api_damaged_storage" and t["status"] != "Skip"]
     assert damaged["status"] == "Fail" and "each of the 4 files" in damaged["message"], damaged
+
+
+OFFLOADING_CPU = {"spec_name": "CPUOnlyOffloadingSpec", "spec_module_path": "conformance.stores.offloading_cpu",
+                  "cpu_bytes_to_use": 100_000_000}
+
+
+def test_vllms_offloading_connector_is_judged_within_its_engine(run_suite):
+    """vLLM's OffloadingConnector, its scheduler side unmodified, with kvconform's CPU transfer worker:
+    a cache inside its engine, so the same-engine clause judges it and the cross-engine ones are Disabled."""
+    statuses = api_suite(run_suite, "OffloadingConnector", f"--kv-connector-extra-config={json.dumps(OFFLOADING_CPU)}",
+                         "-k", "same_engine or roundtrip", persistent=False).statuses()
+    assert statuses == {"api_same_engine_roundtrip": "Pass", "api_save_load_roundtrip": "Disabled"}, statuses
+
+
+def test_a_connector_that_declines_this_platform_is_not_runnable(run_suite):
+    """vLLM's own CPU worker for OffloadingConnector raises on a CPU-only vLLM: Not runnable, in its words."""
+    stock = {"cpu_bytes_to_use": 100_000_000}
+    run = api_suite(run_suite, "OffloadingConnector", f"--kv-connector-extra-config={json.dumps(stock)}",
+                    "-k", "same_engine", persistent=False)
+    (test,) = run.results["tests"]
+    assert test["status"] == "Not runnable" and "only supported on CUDA-alike" in test["message"], test
 
 
 def test_stale_layout_api_is_named_before_anything_runs(run_suite):

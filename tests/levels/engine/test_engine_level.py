@@ -172,3 +172,12 @@ def test_a_lossy_codec_is_judged_within_the_tolerance_it_declares(run_suite):
     undeclared = engine_suite(run_suite, codec, "auto", *scenarios)
     (test,) = undeclared.results["tests"]
     assert test["status"] == "Fail" and "differs from the no-connector baseline" in test["message"], test
+
+
+def test_vllms_offloading_connector_reloads_within_its_engine(run_suite):
+    # vLLM's OffloadingConnector with kvconform's CPU transfer worker (conformance/stores/offloading_cpu.py).
+    extra = ('{"spec_name": "CPUOnlyOffloadingSpec", "spec_module_path": "conformance.stores.offloading_cpu", '
+             '"cpu_bytes_to_use": 100000000}')
+    run = engine_suite(run_suite, "OffloadingConnector", "auto", f"--kv-connector-extra-config={extra}",
+                       "-k", "same_engine", persistent=False)
+    assert run.statuses() == {"engine_same_engine_reload": "Pass"}, run.output[-4000:]

@@ -90,6 +90,8 @@ class HookEra:
             name: SimpleNamespace(kv_cache=cache) for name, cache in caches.items()}
         kv_transfer_state._KV_CONNECTOR_AGENT = worker
         try:
+            if hasattr(worker, "handle_preemptions"):  # the model runner's first hook of a step, where it exists
+                worker.handle_preemptions(scheduler_output.kv_connector_metadata)
             with set_forward_context(metadata, config), \
                     KVConnectorModelRunnerMixin._get_kv_connector_output(scheduler_output) as output:
                 for name, cache in caches.items():  # what each attention layer's forward does
