@@ -83,6 +83,27 @@ class GuardedStore(Guarded):
             self._call("close", self._target.close, (), {})
 
 
+def call_within(timeout_s: float, name: str, call: Any, *args: Any) -> Any:
+    """``call(*args)`` in this thread, as vLLM makes it (a connector's constructor may install a
+    signal handler, which only the main thread can): past ``timeout_s`` a SIGALRM interrupts it
+    with StoreTimeout. Off the main thread, where no alarm can be set, it runs on a watched thread."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        return Guarded(call, name=name, timeout_s=timeout_s).call(*args)
+
+    def expire(signum: int, frame: Any) -> None:
+        raise StoreTimeout(f"{name}: did not return within {timeout_s:g}s (raise --kv-timeout if it is merely slow)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        return call(*args)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _capture(outcome: list[Any], target: Any, args: tuple, kwargs: dict) -> None:
     try:
         outcome.append((True, target(*args, **kwargs)))

@@ -21,7 +21,7 @@ from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
 from conformance.levels.subject import ConnectorChoice, refuses_platform
 from conformance.verdict.clauses import count_load
-from conformance.verdict.guard import Guarded, HarnessError
+from conformance.verdict.guard import Guarded, HarnessError, call_within
 
 SAMPLED_TOKEN = 0
 # fill(backing bytes, the dtype vLLM allocated, the model dtype): writes what "the model computed".
@@ -37,9 +37,17 @@ class ConnectorRaised(Exception):
         self.phase, self.exc = phase, exc
 
 
-class PlatformRefused(ConnectorRaised):
-    """The connector declined this platform while it was built or registered its caches, before any
-    KV moved (``refuses_platform``): Not runnable here, in its own words."""
+class NotBuilt(ConnectorRaised):
+    """The connector (or vLLM's configuration with it) could not be built, or registered its caches,
+    here: a platform it declines, a dependency not installed, a configuration it refuses. Before any
+    KV moved, so no clause was broken: Not runnable, in its own words."""
+
+    @property
+    def reason(self) -> str:
+        if refuses_platform(str(self)):
+            return f"the connector declines this platform ({self})"
+        return (f"the connector could not be built here ({self}); if it needs configuration, pass it with "
+                "--kv-connector-extra-config")
 
 
 class PhantomHit(Exception):
@@ -159,8 +167,9 @@ class ConnectorHarness:
         cold = storage not in self._used
         self._used.add(storage)
         transfer = self.connector.transfer_config(dict(self.extra_config), str(self.workdir / storage))
-        config = era.make_config(model=str(self.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype,
-                                 layout=layout, block_size=block_size)
+        config = self._setup("configuring vLLM with the connector", lambda: era.make_config(
+            model=str(self.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
+            block_size=block_size))
         mla = bool(config.model_config.use_mla)
         block_size = config.cache_config.block_size  # vLLM may override it (CPU MLA needs 16)
         layer_names = [f"model.layers.{i}.self_attn.attn"
@@ -238,7 +247,7 @@ class ConnectorHarness:
 
     def _timed(self, what: str, build: Callable[..., Any]) -> Callable[..., Any]:
         """``build`` under the timeout: a constructor that waits forever is an Error, not a hung run."""
-        return lambda *args: Guarded(build, name=f"{self.connector.label} {what}", timeout_s=self.timeout_s).call(*args)
+        return lambda *args: call_within(self.timeout_s, f"{self.connector.label} {what}", build, *args)
 
     @staticmethod
     def _hook(phase: str, call: Callable[..., Any], *args: Any) -> Any:
@@ -252,12 +261,10 @@ class ConnectorHarness:
     @classmethod
     def _setup(cls, phase: str, call: Callable[..., Any], *args: Any) -> Any:
         """A hook that builds a connector or registers the caches: NotImplementedError there declines
-        the layout; a refusal of this platform makes the scenario Not runnable."""
+        the layout; anything else it raises there is NotBuilt (Not runnable)."""
         try:
             return cls._hook(phase, call, *args)
         except ConnectorRaised as exc:
             if isinstance(exc.exc, NotImplementedError):
                 raise LayoutRefused(exc.phase, exc.exc) from exc.exc
-            if refuses_platform(str(exc)):
-                raise PlatformRefused(exc.phase, exc.exc) from exc.exc
-            raise
+            raise NotBuilt(exc.phase, exc.exc) from exc.exc

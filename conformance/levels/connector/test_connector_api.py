@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from conformance.contract.strategies import active_kv_cache_dtypes
 from conformance.levels.connector import checks
-from conformance.levels.connector.harness import ConnectorRaised, LayoutRefused, PhantomHit, PlatformRefused, Run
+from conformance.levels.connector.harness import ConnectorRaised, LayoutRefused, NotBuilt, PhantomHit, Run
 from conformance.levels.connector.scenarios import (
     BLOCK_SIZES,
     TWINS,
@@ -50,8 +50,8 @@ def _connector_faults_fail(clause_id: str) -> Iterator[None]:
         reject()  # a layout this connector declines up front is not one vLLM would give it
     except PhantomHit as exc:
         raise ClauseViolation(clause_id, str(exc)) from exc
-    except PlatformRefused as exc:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}the connector declines this platform ({exc})")
+    except NotBuilt as exc:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc.reason}")
     except ConnectorRaised as exc:
         raise ClauseViolation(clause_id, f"the connector raised in {exc}") from exc
 

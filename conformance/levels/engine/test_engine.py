@@ -36,8 +36,11 @@ def _connector_run(cell, role, clause_id, cold_check=True):
     if not engine.ok:
         if engine.timed_out:
             raise HarnessError(engine.describe_failure())
-        if "t_engine_start_s" not in engine.result and refuses_platform(engine.error):  # before any KV moved
-            _not_runnable(NotRunnable(f"{cell.connector.label} declines this platform: {engine.error}"))
+        if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
+            _not_runnable(NotRunnable(
+                f"{cell.connector.label} declines this platform: {engine.error}" if refuses_platform(engine.error)
+                else f"the engine could not start with {cell.connector.label} here ({engine.error}); if it needs "
+                     "configuration, pass it with --kv-connector-extra-config"))
         raise ClauseViolation(clause_id, f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
     claimed = external_hits(engine.phase(0), "boundaries") if cold_check and role in COLD_ROLES else 0
     if claimed:
