@@ -54,7 +54,9 @@ def table(doc: dict, entries: dict) -> str:
             seen = row["outcome"]
         else:
             v = row["verdicts"].get("api_same_engine_roundtrip", {})
-            seen = f"{v.get('status', 'absent')}" + (f": {v['message']}" if v.get("message") else "")
+            status = v.get("status", "absent")
+            words = v.get("message", "").removeprefix("Skipped: ").removeprefix(f"{status}: ")
+            seen = status + (f": {words}" if words else "")
         seen = seen.replace("|", "\\|").replace("\n", " ")[:240]
         lines.append(f"| `{row['connector']}` | {tested} | {seen} |")
     return "\n".join(lines) + "\n"

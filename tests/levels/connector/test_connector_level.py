@@ -130,6 +130,19 @@ def test_a_connector_that_declines_this_platform_is_not_runnable(run_suite):
     assert test["status"] == "Not runnable" and "only supported on CUDA-alike" in test["message"], test
 
 
+@pytest.mark.parametrize("connector, says", [
+    ("MultiConnector", "AssertionError"),  # no children configured
+    ("NixlConnector", "NIXL is not available"),  # its dependency is not installed here
+])
+def test_a_connector_that_cannot_be_built_here_is_not_runnable_not_failed(run_suite, connector, says):
+    """Built from its name alone it raises before any KV moved: no clause was broken, and the
+    message says how to give it what it needs."""
+    run = api_suite(run_suite, connector, "-k", "same_engine", persistent=False)
+    (test,) = run.results["tests"]
+    assert test["status"] == "Not runnable" and says in test["message"], test
+    assert "--kv-connector-extra-config" in test["message"], test
+
+
 def test_stale_layout_api_is_named_before_anything_runs(run_suite):
     """The original report's renamed layout API: flagged with the name and where it was last seen."""
     run = api_suite(run_suite, ZOO + "stale_layout_api:StaleLayoutConnector", "-k", "requirements")
