@@ -103,6 +103,15 @@ def refuses_platform(message: str) -> bool:
     return bool(found and _DEVICE.search(message, found.start()))
 
 
+def cannot_run_here(label: str, error: str) -> str:
+    """Why ``label`` is Not runnable when building it (or starting an engine with it) raised ``error``
+    before any KV moved: a platform it declines, or what to pass it."""
+    if refuses_platform(error):
+        return f"{label} declines this platform ({error})"
+    return (f"{label} could not be built here ({error}); if it needs configuration, pass it with "
+            "--kv-connector-extra-config")
+
+
 def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
     """``persistent,lossy=0.05`` -> ({persistent, lossy}, 0.05); an unknown name is one clear error."""
     names, tolerance = set(), None

@@ -19,7 +19,7 @@ import torch
 
 from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
-from conformance.levels.subject import ConnectorChoice, refuses_platform
+from conformance.levels.subject import ConnectorChoice
 from conformance.verdict.clauses import count_load
 from conformance.verdict.guard import Guarded, HarnessError, call_within
 
@@ -40,14 +40,7 @@ class ConnectorRaised(Exception):
 class NotBuilt(ConnectorRaised):
     """The connector (or vLLM's configuration with it) could not be built, or registered its caches,
     here: a platform it declines, a dependency not installed, a configuration it refuses. Before any
-    KV moved, so no clause was broken: Not runnable, in its own words."""
-
-    @property
-    def reason(self) -> str:
-        if refuses_platform(str(self)):
-            return f"the connector declines this platform ({self})"
-        return (f"the connector could not be built here ({self}); if it needs configuration, pass it with "
-                "--kv-connector-extra-config")
+    KV moved, so no clause was broken: Not runnable, in its own words (``cannot_run_here``)."""
 
 
 class PhantomHit(Exception):
@@ -179,16 +172,13 @@ class ConnectorHarness:
         # vLLM's order: the worker builds its connector and registers the caches, then the engine
         # core builds the scheduler (whose connector may wait for a service the worker started).
         with era.worker_setup(config):
-            worker = self._guarded(self._setup("building the worker connector", self._timed(
-                "building the worker connector", era.make_worker_connector), config, kv_cache_config),
-                "worker connector")
+            worker = self._build("worker connector", era.make_worker_connector, config, kv_cache_config)
         scheduler = None
         runs: list[Run] = []
         try:
             with era.worker_setup(config):
                 self._setup("register_kv_caches", worker.register_kv_caches, caches)
-            scheduler = self._guarded(self._setup("building the scheduler", self._timed(
-                "building the scheduler", era.make_scheduler), config, kv_cache_config), "scheduler")
+            scheduler = self._build("scheduler", era.make_scheduler, config, kv_cache_config)
             for requests, fill in phases:
                 if runs:
                     self._hook("scheduler", scheduler.reset_prefix_cache)
@@ -245,9 +235,12 @@ class ConnectorHarness:
     def _guarded(self, target: Any, name: str) -> Guarded:
         return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s)
 
-    def _timed(self, what: str, build: Callable[..., Any]) -> Callable[..., Any]:
-        """``build`` under the timeout: a constructor that waits forever is an Error, not a hung run."""
-        return lambda *args: call_within(self.timeout_s, f"{self.connector.label} {what}", build, *args)
+    def _build(self, name: str, factory: Callable[..., Any], *args: Any) -> Guarded:
+        """``factory(*args)`` as a setup hook, under the timeout (a constructor that waits forever is an
+        Error, not a hung run), its result guarded as ``name``."""
+        phase = f"building the {name}"
+        timed = lambda *a: call_within(self.timeout_s, f"{self.connector.label} {phase}", factory, *a)  # noqa: E731
+        return self._guarded(self._setup(phase, timed, *args), name)
 
     @staticmethod
     def _hook(phase: str, call: Callable[..., Any], *args: Any) -> Any:

@@ -28,6 +28,7 @@ from conformance.levels.connector.scenarios import (
     seeded_fill,
     unique_prompts,
 )
+from conformance.levels.subject import cannot_run_here
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_examples
 from conformance.verdict.profiles import costly_example_settings
@@ -51,7 +52,7 @@ def _connector_faults_fail(clause_id: str) -> Iterator[None]:
     except PhantomHit as exc:
         raise ClauseViolation(clause_id, str(exc)) from exc
     except NotBuilt as exc:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc.reason}")
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{cannot_run_here('the connector', str(exc))}")
     except ConnectorRaised as exc:
         raise ClauseViolation(clause_id, f"the connector raised in {exc}") from exc
 

@@ -12,7 +12,7 @@ import pytest
 
 from conformance.contract.spec import KVSpec
 from conformance.levels.engine.cell import COLD_ROLES, SAME_ENGINE, NotRunnable, compare_runs, external_hits
-from conformance.levels.subject import refuses_platform
+from conformance.levels.subject import cannot_run_here
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load
 from conformance.verdict.guard import HarnessError
@@ -37,10 +37,7 @@ def _connector_run(cell, role, clause_id, cold_check=True):
         if engine.timed_out:
             raise HarnessError(engine.describe_failure())
         if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
-            _not_runnable(NotRunnable(
-                f"{cell.connector.label} declines this platform: {engine.error}" if refuses_platform(engine.error)
-                else f"the engine could not start with {cell.connector.label} here ({engine.error}); if it needs "
-                     "configuration, pass it with --kv-connector-extra-config"))
+            _not_runnable(NotRunnable(cannot_run_here(cell.connector.label, f"engine {role}: {engine.error}")))
         raise ClauseViolation(clause_id, f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
     claimed = external_hits(engine.phase(0), "boundaries") if cold_check and role in COLD_ROLES else 0
     if claimed:
