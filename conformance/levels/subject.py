@@ -122,6 +122,8 @@ def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
                              + "; ".join(f"{k} ({v})" for k, v in CONNECTOR_CAPABILITIES.items()))
         if value and name != "lossy":
             raise ValueError(f"--kv-connector-capabilities: {name} takes no value (got {item!r})")
+        if name == "lossy" and not value:  # without it the engine level would compare bits
+            raise ValueError("--kv-connector-capabilities: lossy needs its logprob tolerance, e.g. lossy=0.05")
         if value:
             try:
                 tolerance = float(value)

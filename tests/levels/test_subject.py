@@ -16,6 +16,8 @@ def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
         parse_capabilities("persistant")
     with pytest.raises(ValueError, match="lossy='x' is not a number"):
         parse_capabilities("lossy=x")
+    with pytest.raises(ValueError, match="lossy needs its logprob tolerance"):
+        parse_capabilities("lossy")
     with pytest.raises(ValueError, match="persistent takes no value"):
         parse_capabilities("persistent=1")
     with pytest.raises(ValueError, match="must be a positive tolerance"):
