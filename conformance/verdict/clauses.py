@@ -104,6 +104,26 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
            "same storage loads nothing or reports the load failed: never the other format's bytes",
            requires=_ACROSS),
+    Clause("api_cache_salt", _CONNECTOR,
+           "a prompt stored under one cache_salt is never claimed for a request with another salt or "
+           "none (one tenant is never served another's KV); the same salt still loads",
+           needs_load=True),
+    Clause("api_chunked_prefill", _CONNECTOR,
+           "a prompt longer than the step's token budget (max_num_batched_tokens), prefilled in chunks, "
+           "is loaded back byte for byte: the connector claims no token it did not persist",
+           lossless=True, needs_load=True),
+    Clause("api_abort", _CONNECTOR,
+           "requests aborted through the scheduler's own finish path (mid-prefill, with loads or saves "
+           "in flight) end cleanly: no hook raises, every block held for them is given back, and what "
+           "is later loaded for their prompts is their bytes"),
+    Clause("api_preemption", _CONNECTOR,
+           "requests preempted for want of blocks and re-admitted (the connector asked again) finish "
+           "without a hook raising, and what they saved loads back byte for byte",
+           lossless=True),
+    Clause("api_transfer_reports", _CONNECTOR,
+           "get_finished reports each finished async save (finished_sending) and load (finished_recving) "
+           "exactly once, only for a request vLLM holds for it, and every block comes back once the "
+           "requests ended"),
     Clause("engine_store_then_load", _ENGINE,
            "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
            "logprobs bit-identical to a no-connector baseline (a concurrent batch: within the measured "

@@ -7,40 +7,26 @@ byte, because "caches differ" helps nobody fix a connector.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable
 
 import torch
 
-from conformance.levels.connector.harness import Run, backing_offsets
+from conformance.levels.connector.harness import Run
+from conformance.levels.connector.slots import token_rows, views_over
 
 MAX_REPORTED = 3
 
 
-def views_over(caches: Mapping[str, torch.Tensor], raw: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The layer views of ``caches``, laid over another copy (``raw``) of their ``backing_bytes``."""
-    storage, offsets = raw.untyped_storage(), backing_offsets(caches)
-    return {name: torch.empty(0, dtype=c.dtype).set_(
-                storage, offsets[c.untyped_storage().data_ptr()] // c.element_size() + c.storage_offset(),
-                c.shape, c.stride())
-            for name, c in caches.items()}
-
-
-def _rows(view: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """The KV of tokens (block, offset) of a layer view, one row of bytes per token: [B, H, N, C]
-    views (attention) and [B, N, C] views (MLA's latent, one per token)."""
-    tokens = view[blocks, offsets] if view.dim() == 3 else view[blocks, :, offsets]  # a copy
-    return tokens.contiguous().view(torch.uint8).reshape(len(blocks), -1)
-
-
 def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: int) -> list[str]:
-    """Tokens [0, ntokens) as the load run holds them, against what the store run's model wrote.
+    """Tokens [0, ntokens) as the load run holds them, against what the store run's model wrote
+    (where it first computed them: ``Run.origin``).
 
     Tokens in blocks the connector reported as failed loads are exempt: vLLM recomputes them.
     """
     if ntokens <= 0:
         return []
     positions = torch.arange(ntokens)
-    src_blocks = torch.tensor(stored.blocks[stored_id], dtype=torch.long)[positions // stored.block_size]
+    src_blocks = torch.tensor(stored.origin[stored_id], dtype=torch.long)[positions // stored.block_size]
     dst_blocks = torch.tensor(loaded.blocks[loaded_id], dtype=torch.long)[positions // loaded.block_size]
     keep = torch.tensor([int(b) not in loaded.load_errors for b in dst_blocks], dtype=torch.bool)
     positions, src_blocks, dst_blocks = positions[keep], src_blocks[keep], dst_blocks[keep]
@@ -48,7 +34,7 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
     written = views_over(stored.caches, stored.before)
     problems = []
     for layer, view in loaded.caches.items():
-        want, got = _rows(written[layer], src_blocks, offsets), _rows(view, dst_blocks, offsets)
+        want, got = token_rows(written[layer], src_blocks, offsets), token_rows(view, dst_blocks, offsets)
         bad = (want != got).any(dim=1).nonzero().flatten().tolist()
         if bad:
             i = bad[0]

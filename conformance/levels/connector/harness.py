@@ -9,6 +9,7 @@ are two runs: nothing is shared between them but the connector's own storage.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ import torch
 
 from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
+from conformance.levels.connector.ledger import Ledger
+from conformance.levels.connector.slots import backing_bytes, copy_tokens, scatter_bytes, views_over
 from conformance.levels.subject import ConnectorChoice
 from conformance.verdict.clauses import count_load
 from conformance.verdict.guard import Guarded, HarnessError, call_within
@@ -27,6 +30,7 @@ SAMPLED_TOKEN = 0
 # fill(backing bytes, the dtype vLLM allocated, the model dtype): writes what "the model computed".
 Filler = Callable[[torch.Tensor, torch.dtype, str], None]
 IDLE_STEP_PAUSE_S = 0.002  # a step that scheduled nothing is waiting on an async transfer
+DRAIN_S = 5.0  # how long a phase whose requests all ended waits for the transfers still holding blocks
 
 
 class ConnectorRaised(Exception):
@@ -70,9 +74,15 @@ class Run:
     mla: bool
     caches: dict[str, torch.Tensor]
     before: torch.Tensor  # backing_bytes(caches) after the fill, before any hook ran
-    blocks: dict[str, list[int]] = field(default_factory=dict)  # request id -> its block ids
+    blocks: dict[str, list[int]] = field(default_factory=dict)  # request id -> its block ids at the end
+    # request id -> the blocks its KV was first computed in (``blocks`` differ after a preemption).
+    origin: dict[str, list[int]] = field(default_factory=dict)
     external_tokens: dict[str, int] = field(default_factory=dict)  # request id -> tokens loaded
     load_errors: set[int] = field(default_factory=set)  # block ids the connector said failed
+    preempted: set[str] = field(default_factory=set)  # requests re-admitted after a preemption
+    aborted: set[str] = field(default_factory=set)  # requests aborted through the scheduler
+    misreports: list[str] = field(default_factory=list)  # transfer reports vLLM's contract forbids
+    held: list[str] = field(default_factory=list)  # blocks never given back once everything ended
 
     @property
     def num_blocks(self) -> int:
@@ -80,34 +90,15 @@ class Run:
         return next(iter(self.caches.values())).shape[0]
 
 
-def backings(caches: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Each allocation under the layer views, as flat bytes (no copy), in layer order: one that
-    every layer shares (vLLM >= 0.29), or one per layer (vLLM 0.28's model runner)."""
-    storages = {c.untyped_storage().data_ptr(): c.untyped_storage() for c in caches.values()}
-    return [torch.empty(0, dtype=torch.uint8).set_(s) for s in storages.values()]
+@dataclass(frozen=True)
+class Phase:
+    """What one stretch of an engine's lifetime serves: ``requests`` (request id, prompt token ids,
+    and optionally a ``cache_salt``) admitted together over caches ``fill`` wrote; ``aborts`` names
+    requests the client abandons after that many steps of the phase (0: before any step)."""
 
-
-def backing_bytes(caches: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """Every byte under the layer views: the one allocation itself (no copy), or the per-layer
-    allocations concatenated in ``backings`` order (a copy; ``views_over`` reads it alike)."""
-    parts = backings(caches)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def scatter_bytes(caches: Mapping[str, torch.Tensor], raw: torch.Tensor) -> None:
-    """Write ``raw`` (laid out as ``backing_bytes``) back into the allocations, if it is a copy."""
-    parts = backings(caches)
-    if len(parts) > 1:
-        for part, chunk in zip(parts, raw.split([p.numel() for p in parts])):
-            part.copy_(chunk)
-
-
-def backing_offsets(caches: Mapping[str, torch.Tensor]) -> dict[int, int]:
-    """Where each allocation (by data pointer) starts in ``backing_bytes``."""
-    offsets, at = {}, 0
-    for part in backings(caches):
-        offsets[part.data_ptr()], at = at, at + part.numel()
-    return offsets
+    requests: Sequence[tuple[Any, ...]]
+    fill: Filler
+    aborts: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -144,30 +135,32 @@ class ConnectorHarness:
         return int(json.loads((self.model / "config.json").read_text())["vocab_size"])
 
     def run(self, *, kv_cache_dtype: str, layout: str, block_size: int,
-            requests: Sequence[tuple[str, Sequence[int]]], fill: Filler, storage: str) -> Run:
+            requests: Sequence[tuple[Any, ...]], fill: Filler, storage: str) -> Run:
         """One engine's lifetime: ``requests`` scheduled in order, each prefilled and finished."""
         (run,) = self.lifetime(kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size,
-                               phases=[(requests, fill)], storage=storage)
+                               phases=[Phase(requests, fill)], storage=storage)
         return run
 
-    def lifetime(self, *, kv_cache_dtype: str, layout: str, block_size: int,
-                 phases: Sequence[tuple[Sequence[tuple[str, Sequence[int]]], Filler]], storage: str) -> list[Run]:
+    def lifetime(self, *, kv_cache_dtype: str, layout: str, block_size: int, phases: Sequence[Phase], storage: str,
+                 scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None) -> list[Run]:
         """One engine's lifetime in phases, one Run each. Between phases every request has finished;
         the engine's own prefix cache is then reset and the next phase's fill overwrites every block
         (as vLLM reuses freed blocks), so a later phase can only get earlier KV back through the
-        connector, within the same connector pair (a cache that lives inside its engine)."""
+        connector, within the same connector pair (a cache that lives inside its engine).
+        ``scheduling`` overrides vLLM's scheduler knobs (a small token budget: chunked prefill);
+        ``num_blocks`` shrinks the cache (too few blocks: preemptions)."""
         era = self.era
         cold = storage not in self._used
         self._used.add(storage)
         transfer = self.connector.transfer_config(dict(self.extra_config), str(self.workdir / storage))
         config = self._setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(self.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
-            block_size=block_size))
+            block_size=block_size, scheduling=scheduling))
         mla = bool(config.model_config.use_mla)
         block_size = config.cache_config.block_size  # vLLM may override it (CPU MLA needs 16)
         layer_names = [f"model.layers.{i}.self_attn.attn"
                        for i in range(config.model_config.get_num_layers(config.parallel_config))]
-        kv_cache_config, caches = era.allocate(config, layer_names, self.num_blocks, mla)
+        kv_cache_config, caches = era.allocate(config, layer_names, num_blocks or self.num_blocks, mla)
         model_dtype = str(config.model_config.dtype).removeprefix("torch.")
         # vLLM's order: the worker builds its connector and registers the caches, then the engine
         # core builds the scheduler (whose connector may wait for a service the worker started).
@@ -179,16 +172,24 @@ class ConnectorHarness:
             with era.worker_setup(config):
                 self._setup("register_kv_caches", worker.register_kv_caches, caches)
             scheduler = self._build("scheduler", era.make_scheduler, config, kv_cache_config)
-            for requests, fill in phases:
+            free_at_start = scheduler.inner.kv_cache_manager.block_pool.get_num_free_blocks()
+            ledger = Ledger()
+            for phase in phases:
                 if runs:
                     self._hook("scheduler", scheduler.reset_prefix_cache)
                 raw = backing_bytes(caches)
-                fill(raw, era.storage_dtype(config), model_dtype)
+                phase.fill(raw, era.storage_dtype(config), model_dtype)
                 scatter_bytes(caches, raw)
                 run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
-                for request_id, prompt in requests:
-                    self._hook("scheduler", scheduler.add_request, era.make_request(request_id, prompt, block_size))
-                self._steps(scheduler, worker.inner, run, config)
+                for request_id, prompt, *salt in phase.requests:
+                    ledger.admit(request_id)
+                    self._hook("scheduler", scheduler.add_request,
+                               era.make_request(request_id, prompt, block_size, *salt))
+                self._steps(scheduler, worker.inner, run, config, phase.aborts, ledger)
+                run.misreports, ledger.problems = ledger.problems, []
+                run.held = self._held(scheduler.inner, free_at_start)
+                if len(runs) + 1 < len(phases):  # the next phase overwrites the caches: keep this one's
+                    run.caches = views_over(caches, backing_bytes(caches).clone())
                 if cold and not runs and any(run.external_tokens.values()):
                     raise PhantomHit(self.connector.label, run)
                 if runs or not cold:
@@ -199,6 +200,17 @@ class ConnectorHarness:
             raise
         self._shutdown(worker, scheduler, quiet=False)
         return runs
+
+    @staticmethod
+    def _held(scheduler: Any, free_at_start: int) -> list[str]:
+        """Blocks not given back once every request of a phase ended and its transfers drained."""
+        held = [f"request {rid!r} ({request.status.name}) still holds its blocks: request_finished returned "
+                "True (an async transfer) and get_finished never reported it, so vLLM never frees them"
+                for rid, request in sorted(scheduler.requests.items())]
+        free = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+        if not held and free != free_at_start:
+            held.append(f"{free_at_start - free} block(s) of {free_at_start} are not free once every request ended")
+        return held
 
     def _shutdown(self, worker: Guarded, scheduler: Guarded | None, *, quiet: bool) -> None:
         """Both connectors' shutdown hooks (the scheduler's runs its own); quiet while failing."""
@@ -211,26 +223,71 @@ class ConnectorHarness:
                 if not quiet:
                     raise
 
-    def _steps(self, scheduler: Any, worker: Any, run: Run, config: Any) -> None:
+    def _steps(self, scheduler: Guarded, worker: Any, run: Run, config: Any, aborts: Mapping[str, int],
+               ledger: Ledger) -> None:
+        """Step until every request ended and its blocks came back, or the connector stops answering:
+        a phase whose requests all ended waits ``DRAIN_S`` for the transfers still held, then
+        ``Run.held`` names them."""
         deadline = time.monotonic() + self.timeout_s
+        drained_by: float | None = None
         runner = self._guarded(self.era, "worker step")  # vLLM's runner code checks the connector's type
-        while time.monotonic() < deadline:
-            if not scheduler.inner.has_requests():
+        inner = scheduler.inner
+        for step in itertools.count():
+            self._abort_due(scheduler, run, aborts, step)
+            if not inner.has_requests() and not inner.requests:
                 return
+            now = time.monotonic()
+            if not inner.get_num_unfinished_requests():
+                drained_by = drained_by or now + DRAIN_S
+                if now > drained_by:
+                    return
+            if now > deadline:
+                break
             out = self._hook("scheduler", scheduler.schedule)
             if not out.total_num_scheduled_tokens:
                 time.sleep(IDLE_STEP_PAUSE_S)
-            for new in out.scheduled_new_reqs:
-                run.blocks[new.req_id] = list(new.block_ids[0])
-                run.external_tokens[new.req_id] = new.num_computed_tokens
+            self._track_blocks(out, run)
             connector_output = self._hook("worker hooks", runner.run_worker_step, worker, out, run.caches, run.mla,
                                           config)
+            ledger.vet(connector_output, inner, step)
             run.load_errors |= set(connector_output.invalid_block_ids or ())
-            result = self.era.model_runner_output(scheduler.inner, out, connector_output, SAMPLED_TOKEN)
+            result = self.era.model_runner_output(inner, out, connector_output, SAMPLED_TOKEN)
             self._hook("scheduler", scheduler.update_from_output, out, result)
-        left = sorted(scheduler.inner.requests)
+        left = sorted(inner.requests)
         raise HarnessError(f"{self.connector.label}: requests {left} did not finish within {self.timeout_s:g}s "
                            "(an async load or save that never completes?)")
+
+    def _abort_due(self, scheduler: Guarded, run: Run, aborts: Mapping[str, int], step: int) -> None:
+        for rid, after in aborts.items():
+            if after == step and rid not in run.aborted:
+                run.aborted.add(rid)
+                self._hook("scheduler", self.era.abort, scheduler.inner, rid)
+
+    def _track_blocks(self, out: Any, run: Run) -> None:
+        """Where each scheduled request's KV lives; a request re-admitted after a preemption gets new
+        blocks, and the tokens it recomputes there get the bytes it computed the first time (as a
+        deterministic model writes them), so its KV stays comparable with ``Run.origin``."""
+        for new in out.scheduled_new_reqs:
+            run.blocks[new.req_id] = list(new.block_ids[0])
+            run.origin[new.req_id] = list(new.block_ids[0])
+            run.external_tokens[new.req_id] = new.num_computed_tokens
+        cached = out.scheduled_cached_reqs
+        resumed = self.era.resumed(out)
+        for i, rid in enumerate(cached.req_ids):
+            ids = list((cached.new_block_ids[i] or ([],))[0])
+            if rid in resumed:
+                run.preempted.add(rid)
+                run.blocks[rid] = ids
+            else:
+                run.blocks[rid] = run.blocks.get(rid, []) + ids
+            origin = run.origin.setdefault(rid, [])
+            origin += run.blocks[rid][len(origin):]
+            first = cached.num_computed_tokens[i]
+            moved = [(p // run.block_size, p % run.block_size)
+                     for p in range(first, first + out.num_scheduled_tokens.get(rid, 0))
+                     if origin[p // run.block_size] != run.blocks[rid][p // run.block_size]]
+            copy_tokens(run.caches, run.before, [(origin[k], o) for k, o in moved],
+                        [(run.blocks[rid][k], o) for k, o in moved])
 
     def _guarded(self, target: Any, name: str) -> Guarded:
         return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s)

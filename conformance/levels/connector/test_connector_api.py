@@ -9,16 +9,16 @@ schedules a neighbour request first, so the loaded request's blocks differ from 
 from __future__ import annotations
 
 import uuid
-from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
-from hypothesis import given, reject
+from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.contract.strategies import active_kv_cache_dtypes
 from conformance.levels.connector import checks
-from conformance.levels.connector.harness import ConnectorRaised, LayoutRefused, NotBuilt, PhantomHit, Run
+from conformance.levels.connector.harness import ConnectorRaised, Phase, Run
+from conformance.levels.connector.outcomes import connector_faults_fail as _connector_faults_fail
+from conformance.levels.connector.outcomes import where as _where
 from conformance.levels.connector.scenarios import (
     BLOCK_SIZES,
     TWINS,
@@ -28,7 +28,6 @@ from conformance.levels.connector.scenarios import (
     seeded_fill,
     unique_prompts,
 )
-from conformance.levels.subject import cannot_run_here
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_examples
 from conformance.verdict.profiles import costly_example_settings
@@ -40,21 +39,6 @@ MAX_PROMPT_BLOCKS = 5
 def _costly(test):
     """The active profile's settings without shrinking under ci (see conformance.verdict.profiles)."""
     return costly_example_settings()(test)
-
-
-@contextmanager
-def _connector_faults_fail(clause_id: str) -> Iterator[None]:
-    """An exception from the connector's own hooks is the connector's failure (Fail), with its words."""
-    try:
-        yield
-    except LayoutRefused:
-        reject()  # a layout this connector declines up front is not one vLLM would give it
-    except PhantomHit as exc:
-        raise ClauseViolation(clause_id, str(exc)) from exc
-    except NotBuilt as exc:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{cannot_run_here('the connector', str(exc))}")
-    except ConnectorRaised as exc:
-        raise ClauseViolation(clause_id, f"the connector raised in {exc}") from exc
 
 
 def _draw_case(data: st.DataObject, api, *, dtypes=None, min_len: int = 1, min_neighbour_len: int = 1):
@@ -90,10 +74,6 @@ def _drawn_roundtrip(api, data: st.DataObject, cid: str) -> tuple[Run, Run]:
     with _connector_faults_fail(cid):
         return _store_and_load(api, _drawn_fills(data, dtype), block_size=block_size, layout=layout,
                                stored=ps.stored, load=ps.stored, dtype=dtype, neighbour=ps.neighbour)
-
-
-def _where(run: Run, what: str) -> str:
-    return f"[{what}; kv_cache_dtype={run.kv_cache_dtype}, layout={run.layout}, block_size={run.block_size}]"
 
 
 @clause("api_requirements")
@@ -150,8 +130,8 @@ def _same_engine(api, fills, *, block_size, layout, ps, dtype) -> tuple[Run, Run
     """One connector pair: ``ps.stored`` stored; then, with the prefix cache reset and every block
     overwritten, the neighbour and the stored prompt again."""
     return api.lifetime(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
-                        phases=[([("stored", ps.stored)], fills[0]),
-                                ([("neighbour", ps.neighbour), ("load", ps.stored)], fills[1])],
+                        phases=[Phase([("stored", ps.stored)], fills[0]),
+                                Phase([("neighbour", ps.neighbour), ("load", ps.stored)], fills[1])],
                         storage=f"same-engine-{uuid.uuid4().hex[:12]}")
 
 

@@ -19,8 +19,9 @@ class Era(Protocol):
         """Every KV cache layout this vLLM defines (its own names)."""
 
     def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
-                    layout: str, block_size: int) -> Any:
-        """A real ``VllmConfig`` for the CPU device with the connector configured."""
+                    layout: str, block_size: int, scheduling: Mapping[str, int] | None = None) -> Any:
+        """A real ``VllmConfig`` for the CPU device with the connector configured; ``scheduling``
+        overrides ``SchedulerConfig`` knobs (a token budget that forces chunked prefill)."""
 
     def storage_dtype(self, config: Any) -> torch.dtype:
         """The torch dtype vLLM allocates for the config's kv_cache_dtype (uint8 for every fp8)."""
@@ -36,7 +37,14 @@ class Era(Protocol):
     def worker_setup(self, config: Any) -> ContextManager[Any]:
         """The context vLLM's worker builds its connector and registers the caches in."""
 
-    def make_request(self, request_id: str, prompt: Sequence[int], block_size: int) -> Any: ...
+    def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
+                     cache_salt: str | None = None) -> Any: ...
+
+    def abort(self, scheduler: Any, request_id: str) -> None:
+        """Abort a request the way the engine core does (the scheduler's finish path)."""
+
+    def resumed(self, scheduler_output: Any) -> set[str]:
+        """Request ids this step re-admits after a preemption."""
 
     def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
                         mla: bool, config: Any) -> Any:

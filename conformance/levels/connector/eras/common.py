@@ -29,12 +29,12 @@ class HookEra:
         raise NotImplementedError
 
     def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
-                    layout: str, block_size: int) -> Any:
+                    layout: str, block_size: int, scheduling: Mapping[str, int] | None = None) -> Any:
         from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig, SchedulerConfig, VllmConfig
 
         model_config = ModelConfig(model=model, seed=0)
-        scheduler_config = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=4096,
-                                           max_model_len=model_config.max_model_len,
+        knobs = {"max_num_seqs": 16, "max_num_batched_tokens": 4096, **(scheduling or {})}
+        scheduler_config = SchedulerConfig(**knobs, max_model_len=model_config.max_model_len,
                                            enable_chunked_prefill=True, is_encoder_decoder=False)
         cache_config = CacheConfig(block_size=block_size, cache_dtype=kv_cache_dtype, enable_prefix_caching=True)
         self._set_layout(cache_config, layout)
@@ -68,14 +68,28 @@ class HookEra:
 
         return set_current_vllm_config(config)
 
-    def make_request(self, request_id: str, prompt: Sequence[int], block_size: int) -> Any:
+    def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
+                     cache_salt: str | None = None) -> Any:
         from vllm import SamplingParams
         from vllm.v1.request import Request
 
         params = SamplingParams(max_tokens=1)
         params.update_from_generation_config({}, 0)
         return Request(request_id=request_id, prompt_token_ids=list(prompt), sampling_params=params,
-                       pooling_params=None, block_hasher=self._hasher(block_size))
+                       pooling_params=None, block_hasher=self._hasher(block_size), cache_salt=cache_salt)
+
+    def abort(self, scheduler: Any, request_id: str) -> None:
+        """What the engine core does when a client goes away: the scheduler's own finish path."""
+        from vllm.v1.request import RequestStatus
+
+        scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+
+    def resumed(self, scheduler_output: Any) -> set[str]:
+        """The cached requests this step re-admits after a preemption (their block ids replace the old)."""
+        cached = scheduler_output.scheduled_cached_reqs
+        if hasattr(cached, "resumed_req_ids"):
+            return set(cached.resumed_req_ids)
+        return {rid for rid, again in zip(cached.req_ids, cached.resumed_from_preemption) if again}
 
     def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
                         mla: bool, config: Any) -> Any:
@@ -85,16 +99,19 @@ class HookEra:
         from vllm.forward_context import set_forward_context
         from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin
 
-        metadata = {name: _attention_metadata(mla) for name in caches}
+        forward = bool(scheduler_output.total_num_scheduled_tokens)
+        metadata = {name: _attention_metadata(mla) for name in caches} if forward else None
         config.compilation_config.static_forward_context = {
             name: SimpleNamespace(kv_cache=cache) for name, cache in caches.items()}
         kv_transfer_state._KV_CONNECTOR_AGENT = worker
         try:
             if hasattr(worker, "handle_preemptions"):  # the model runner's first hook of a step, where it exists
                 worker.handle_preemptions(scheduler_output.kv_connector_metadata)
+            # A step that scheduled no token is vLLM's kv_connector_no_forward: the connector's step
+            # hooks (loads started, saves waited for, transfers collected) without any layer's.
             with set_forward_context(metadata, config), \
                     KVConnectorModelRunnerMixin._get_kv_connector_output(scheduler_output) as output:
-                for name, cache in caches.items():  # what each attention layer's forward does
+                for name, cache in caches.items() if metadata else ():  # what each attention layer's forward does
                     worker.wait_for_layer_load(name)
                     worker.save_kv_layer(name, cache, metadata[name])
         finally:

@@ -1,0 +1,67 @@
+"""What a worker connector reports back each step, held against what vLLM's scheduler can accept.
+
+vLLM trusts ``get_finished`` (``get_transfer_results``): a request reported ``finished_sending`` has
+its blocks freed; ``finished_recving`` promotes a request that waited for an async load. A report
+for a request vLLM is not waiting on, or a second report of one, hits an assertion in the engine
+core's scheduler (the engine dies) or frees blocks another request now holds. The ledger vets each
+report before vLLM sees it, drops the ones the contract forbids and keeps them, in words, for the
+one clause that judges them (``api_transfer_reports``): every other clause sees a clean stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# KVConnectorOutput field -> what it reports; failed_recving (vLLM >= 0.32) ends a load too.
+REPORTS = {"finished_recving": "load", "failed_recving": "load", "finished_sending": "save"}
+
+
+@dataclass
+class Ledger:
+    """Every transfer report of one connector pair's lifetime, by request and step."""
+
+    problems: list[str] = field(default_factory=list)
+    _seen: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, request id) -> step reported
+
+    def admit(self, request_id: str) -> None:
+        """A request (re)enters the engine: a request id is unique only among live requests."""
+        for kind in set(REPORTS.values()):
+            self._seen.pop((kind, request_id), None)
+
+    def vet(self, output: Any, scheduler: Any, step: int) -> None:
+        """Check ``output``'s reports against the scheduler's state before ``update_from_output``;
+        remove the forbidden ones from ``output``."""
+        for attr, kind in REPORTS.items():
+            ids = getattr(output, attr, None)
+            if not ids:
+                continue
+            kept = set()
+            for rid in sorted(ids):
+                problem = self._problem(attr, kind, rid, scheduler, step)
+                if problem:
+                    self.problems.append(f"step {step}: {problem}")
+                else:
+                    kept.add(rid)
+                    self._seen[(kind, rid)] = step
+            setattr(output, attr, kept)
+
+    def _problem(self, attr: str, kind: str, rid: str, scheduler: Any, step: int) -> str | None:
+        from vllm.v1.request import RequestStatus
+
+        hook = f"get_finished reported request {rid!r} in {attr}"
+        if (kind, rid) in self._seen:
+            return (f"{hook} again (first at step {self._seen[(kind, rid)]}): vLLM acts on the first report "
+                    f"({'frees the blocks' if kind == 'save' else 'schedules the request'}); a second one "
+                    "asserts in the scheduler and the engine core dies. Report each finished transfer once")
+        request = scheduler.requests.get(rid)
+        if request is None:
+            return (f"{hook}, a request vLLM does not hold (never added, or already freed): report only "
+                    "requests vLLM handed the connector and has not freed")
+        if kind == "save" and not request.is_finished():
+            return (f"{hook} while it is still {request.status.name}: finished_sending is for a finished "
+                    "request whose request_finished returned True (its blocks held for an async save)")
+        if kind == "load" and not (request.status == RequestStatus.WAITING_FOR_REMOTE_KVS or request.is_finished()):
+            return (f"{hook} while it is {request.status.name}: finished_recving is for a request whose "
+                    "get_num_new_matched_tokens returned load_async=True and that still waits for that load")
+        return None

@@ -1,0 +1,36 @@
+"""How a connector-API example ends in a verdict: the connector's own exceptions are its Fail, a
+layout it declines is rejected, a connector that cannot be built here is Not runnable."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
+from hypothesis import reject
+
+from conformance.levels.connector.harness import ConnectorRaised, LayoutRefused, NotBuilt, PhantomHit, Run
+from conformance.levels.subject import cannot_run_here
+from conformance.verdict.asserts import ClauseViolation
+from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+
+
+@contextmanager
+def connector_faults_fail(clause_id: str, context: str = "") -> Iterator[None]:
+    """An exception from the connector's own hooks is the connector's failure (Fail), with its
+    words; ``context`` says what the scenario was doing."""
+    try:
+        yield
+    except LayoutRefused:
+        reject()  # a layout this connector declines up front is not one vLLM would give it
+    except PhantomHit as exc:
+        raise ClauseViolation(clause_id, str(exc)) from exc
+    except NotBuilt as exc:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{cannot_run_here('the connector', str(exc))}")
+    except ConnectorRaised as exc:
+        raise ClauseViolation(clause_id, f"{context}the connector raised in {exc}") from exc
+
+
+def where(run: Run, what: str) -> str:
+    """The run's coordinates, for a message: what happened, dtype, layout, block size."""
+    return f"[{what}; kv_cache_dtype={run.kv_cache_dtype}, layout={run.layout}, block_size={run.block_size}]"

@@ -1,0 +1,127 @@
+"""Connector-API lifecycle clauses: what happens around the bytes (tenants, chunks, aborts,
+preemptions, transfer reports), the bug classes that broke real connectors in 2025-26.
+
+Each scenario is one connector pair's lifetime (``ConnectorHarness.lifetime``) driven through vLLM's
+real scheduler, so it judges a cache inside its engine and one outside it alike: between phases the
+engine's prefix cache is reset and every block overwritten, and a later phase gets earlier KV back
+only through the connector. vLLM's own knobs make the situations: a small ``max_num_batched_tokens``
+prefills in chunks, a small cache preempts, ``finish_requests`` aborts as the engine core does.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from conformance.levels.connector import checks
+from conformance.levels.connector.harness import ConnectorHarness, Phase, Run
+from conformance.levels.connector.outcomes import connector_faults_fail, where
+from conformance.levels.connector.scenarios import seeded_fill, unique_prompts
+from conformance.verdict.asserts import ClauseViolation
+from conformance.verdict.clauses import clause
+from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+
+BLOCK_SIZE = 16  # the smallest block size the level draws: the most chunks and blocks per prompt
+CHUNK = 2 * BLOCK_SIZE  # the token budget (max_num_batched_tokens) that prefills in chunks
+PROMPT = 5 * BLOCK_SIZE + 3  # 3 chunks, and a tail that is not a whole block
+
+
+def _lifetime(api: ConnectorHarness, phases: list[Phase], **knobs) -> list[Run]:
+    return api.lifetime(kv_cache_dtype="auto", layout=api.era.layouts()[0], block_size=BLOCK_SIZE,
+                        phases=phases, storage=f"lifecycle-{uuid.uuid4().hex[:12]}", **knobs)
+
+
+def _bytes_back(cid: str, stored: Run, sid: str, loaded: Run, lid: str, context: str) -> None:
+    n = loaded.external_tokens.get(lid, 0)
+    problems = checks.loaded_differences(stored, sid, loaded, lid, n)
+    if problems:
+        raise ClauseViolation(cid, f"{context}, request {lid!r} loaded {n} tokens of {sid!r}'s prompt that differ "
+                                   f"from what it computed {where(loaded, 'reload')}: " + "; ".join(problems))
+
+
+@clause("api_cache_salt")
+def test_cache_salt(connector_api):
+    cid = "api_cache_salt"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=21)
+    phases = [Phase([("tenant-a", ps.stored, "salt-a")], seeded_fill(21)),
+              Phase([("tenant-b", ps.stored, "salt-b"), ("unsalted", ps.stored),
+                     ("tenant-a-again", ps.stored, "salt-a")], seeded_fill(22))]
+    with connector_faults_fail(cid):
+        _, again = _lifetime(connector_api, phases)
+    leaked = {rid: n for rid, n in again.external_tokens.items() if n and rid != "tenant-a-again"}
+    if leaked:
+        raise ClauseViolation(cid, f"a {len(ps.stored)}-token prompt stored for a request with cache_salt='salt-a' "
+                                   f"was claimed for requests of another salt or none ({leaked} tokens): one "
+                                   "tenant is served another's KV. Key stored KV by the request's cache_salt "
+                                   "too (vLLM puts it in the first block's hash) " + where(again, "salted reload"))
+
+
+@clause("api_chunked_prefill")
+def test_chunked_prefill(connector_api):
+    cid = "api_chunked_prefill"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=23)
+    phases = [Phase([("stored", ps.stored)], seeded_fill(23)),
+              Phase([("neighbour", ps.neighbour), ("load", ps.stored)], seeded_fill(24))]
+    context = (f"with max_num_batched_tokens={CHUNK}, a {len(ps.stored)}-token prompt prefilled in "
+               f"{-(-len(ps.stored) // CHUNK)} chunks and then asked for again: ")
+    with connector_faults_fail(cid, context):
+        stored, loaded = _lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
+    _bytes_back(cid, stored, "stored", loaded, "load", context.rstrip(": "))
+
+
+@clause("api_abort")
+def test_abort(connector_api):
+    cid = "api_abort"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=25)
+    # First pass: "a" is abandoned after one step (mid-prefill, its chunks' saves under way); "b"
+    # finishes. Second pass: both asked for again, "b-again" abandoned after one step (its load
+    # under way where loads are async). Third pass: "a" once more.
+    phases = [Phase([("a", ps.stored), ("b", ps.neighbour)], seeded_fill(25), aborts={"a": 1}),
+              Phase([("a-again", ps.stored), ("b-again", ps.neighbour)], seeded_fill(26), aborts={"b-again": 1}),
+              Phase([("a-third", ps.stored)], seeded_fill(27))]
+    context = "with requests aborted mid-prefill and mid-load (scheduler.finish_requests, FINISHED_ABORTED): "
+    with connector_faults_fail(cid, context):
+        first, second, third = _lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
+    for number, run in enumerate((first, second, third), 1):
+        if run.held:
+            raise ClauseViolation(cid, f"{context}in pass {number} (aborted: {sorted(run.aborted) or 'none'}), "
+                                       + "; ".join(run.held) + ". vLLM calls request_finished for an aborted "
+                                       "request too; report its transfer in get_finished like any other")
+    _bytes_back(cid, second, "a-again", third, "a-third", context + "a prompt computed after its first request "
+                "was aborted")
+
+
+@clause("api_preemption")
+def test_preemption(connector_api):
+    cid = "api_preemption"
+    ps = unique_prompts(connector_api.vocab_size, 6 * BLOCK_SIZE + 1, 6 * BLOCK_SIZE + 1, seed=27)
+    # Two 7-block prompts, prefilled side by side (16 tokens each a step), in a cache of 10 usable
+    # blocks: one is preempted and re-admitted. Then each is asked for on its own.
+    phases = [Phase([("a", ps.stored), ("b", ps.neighbour)], seeded_fill(27)),
+              Phase([("a-again", ps.stored)], seeded_fill(28)),
+              Phase([("b-again", ps.neighbour)], seeded_fill(29))]
+    context = "with two 7-block prompts prefilled side by side in a cache of 10 usable blocks (a preemption): "
+    with connector_faults_fail(cid, context):
+        first, *again = _lifetime(connector_api, phases, num_blocks=11,
+                                  scheduling={"max_num_batched_tokens": CHUNK, "long_prefill_token_threshold": 16})
+    if not first.preempted:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}vLLM preempted no request in this scenario (its scheduler changed?); "
+                    "the clause judged nothing")
+    for rid, run in zip(("a", "b"), again):
+        _bytes_back(cid, first, rid, run, f"{rid}-again", f"{context}{sorted(first.preempted)} preempted and "
+                    "re-admitted, then each prompt asked for again")
+
+
+@clause("api_transfer_reports")
+def test_transfer_reports(connector_api):
+    cid = "api_transfer_reports"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=31)
+    phases = [Phase([("a", ps.stored), ("b", ps.neighbour)], seeded_fill(31)),
+              Phase([("a-again", ps.stored), ("b-again", ps.neighbour)], seeded_fill(32))]
+    with connector_faults_fail(cid):
+        runs = _lifetime(connector_api, phases)
+    for number, run in enumerate(runs, 1):
+        wrong = run.misreports + run.held
+        if wrong:
+            raise ClauseViolation(cid, f"in pass {number} of two stores and two loads: " + "; ".join(wrong[:3]))

@@ -1,0 +1,88 @@
+"""vLLM's ExampleConnector with its lifecycle put right: the positive control of the lifecycle
+clauses, and the base each lifecycle known-bad (``conformance/zoo/connectors/``) breaks once.
+
+- the key includes the request's ``cache_salt`` (ExampleConnector keys on token ids only);
+- a prompt prefilled in chunks is saved once all of it is computed, from all its blocks
+  (ExampleConnector saves at the first chunk, then claims the whole prompt);
+- saves are reported asynchronously: ``request_finished`` keeps the blocks and the worker reports
+  each finished request once in ``finished_sending``, so vLLM's delayed-free path is exercised.
+
+It keeps ExampleConnector's file format (no checksum, fp8 twins share a key)."""
+
+from __future__ import annotations
+
+from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
+    ExampleConnector,
+    ExampleConnectorMetadata,
+)
+
+
+class LifecycleConnector(ExampleConnector):
+    KEY_SALT = True  # the cache_salt is part of the key
+    SAVE_COMPLETE = True  # a prompt is saved once it is computed, not at its first chunk
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._admitted: dict = {}  # request id -> Request, from its first lookup to request_finished
+        self._blocks: dict[str, list[int]] = {}  # request id -> its block ids so far
+        self._saved: set[str] = set()
+
+    # --- scheduler side
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        self._admitted[request.request_id] = request
+        return super().get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def _found_match_for_request(self, request) -> bool:
+        return self._found_match_for_prompt(list(request.prompt_token_ids or []), self._tags(request))
+
+    def _tags(self, request) -> list[str]:
+        """What besides the token ids names the KV: multimodal inputs and the tenant's salt."""
+        salt = [f"cache_salt:{request.cache_salt}"] if self.KEY_SALT and request.cache_salt else []
+        return [f.identifier for f in request.mm_features] + salt
+
+    def build_connector_meta(self, scheduler_output):
+        meta = ExampleConnectorMetadata()
+        for new in scheduler_output.scheduled_new_reqs:
+            self._blocks[new.req_id] = list(new.block_ids[0])
+            if new.req_id in self._requests_need_load:
+                self._add(meta, new.req_id, is_store=False)
+            self._maybe_save(meta, new.req_id, new.num_computed_tokens, scheduler_output, first=True)
+        cached = scheduler_output.scheduled_cached_reqs
+        resumed = set(getattr(cached, "resumed_req_ids", ()))
+        for i, rid in enumerate(cached.req_ids):
+            ids = list((cached.new_block_ids[i] or ([],))[0])
+            self._blocks[rid] = self._resumed_blocks(rid, ids) if rid in resumed else self._blocks[rid] + ids
+            if rid in resumed and rid in self._requests_need_load:
+                self._add(meta, rid, is_store=False)
+            self._maybe_save(meta, rid, cached.num_computed_tokens[i], scheduler_output, first=False)
+        self._requests_need_load.clear()
+        return meta
+
+    def _resumed_blocks(self, rid: str, ids: list[int]) -> list[int]:
+        """A re-admitted request's block ids are all of its blocks (the old ones were freed)."""
+        return ids
+
+    def _maybe_save(self, meta, rid: str, computed: int, scheduler_output, *, first: bool) -> None:
+        request = self._admitted[rid]
+        done = computed + scheduler_output.num_scheduled_tokens.get(rid, 0) >= len(request.prompt_token_ids)
+        due = done if self.SAVE_COMPLETE else first
+        if due and rid not in self._saved and not self._found_match_for_request(request):
+            self._saved.add(rid)
+            self._add(meta, rid, is_store=True)
+
+    def _add(self, meta, rid: str, *, is_store: bool) -> None:
+        request = self._admitted[rid]
+        meta.add_request(token_ids=list(request.prompt_token_ids), block_ids=self._blocks[rid],
+                         block_size=self._block_size, is_store=is_store, mm_hashes=self._tags(request))
+
+    def request_finished(self, request, block_ids):
+        rid = request.request_id
+        for state in (self._admitted, self._blocks):
+            state.pop(rid, None)
+        self._saved.discard(rid)
+        return True, None  # blocks held until the worker reports the save
+
+    # --- worker side
+    def get_finished(self, finished_req_ids):
+        """Saves finish within the step (wait_for_save), so every request vLLM says finished is done."""
+        return set(finished_req_ids) or None, None
