@@ -119,7 +119,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("api_preemption", _CONNECTOR,
            "requests preempted for want of blocks and re-admitted (the connector asked again) finish "
            "without a hook raising, and what they saved loads back byte for byte",
-           lossless=True),
+           lossless=True, needs_load=True),
     Clause("api_transfer_reports", _CONNECTOR,
            "get_finished reports each finished async save (finished_sending) and load (finished_recving) "
            "exactly once, only for a request vLLM holds for it, and every block comes back once the "

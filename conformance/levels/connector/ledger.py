@@ -22,7 +22,8 @@ class Ledger:
     """Every transfer report of one connector pair's lifetime, by request and step."""
 
     problems: list[str] = field(default_factory=list)
-    _seen: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, request id) -> step reported
+    phase: int = 1  # which pass of the lifetime is running, for the messages
+    _seen: dict[tuple[str, str], str] = field(default_factory=dict)  # (kind, request id) -> step reported
 
     def admit(self, request_id: str) -> None:
         """A request (re)enters the engine: a request id is unique only among live requests."""
@@ -40,10 +41,10 @@ class Ledger:
             for rid in sorted(ids):
                 problem = self._problem(attr, kind, rid, scheduler, step)
                 if problem:
-                    self.problems.append(f"step {step}: {problem}")
+                    self.problems.append(f"pass {self.phase} step {step}: {problem}")
                 else:
                     kept.add(rid)
-                    self._seen[(kind, rid)] = step
+                    self._seen[(kind, rid)] = f"pass {self.phase} step {step}"
             setattr(output, attr, kept)
 
     def _problem(self, attr: str, kind: str, rid: str, scheduler: Any, step: int) -> str | None:
@@ -51,7 +52,7 @@ class Ledger:
 
         hook = f"get_finished reported request {rid!r} in {attr}"
         if (kind, rid) in self._seen:
-            return (f"{hook} again (first at step {self._seen[(kind, rid)]}): vLLM acts on the first report "
+            return (f"{hook} again (first in {self._seen[(kind, rid)]}): vLLM acts on the first report "
                     f"({'frees the blocks' if kind == 'save' else 'schedules the request'}); a second one "
                     "asserts in the scheduler and the engine core dies. Report each finished transfer once")
         request = scheduler.requests.get(rid)

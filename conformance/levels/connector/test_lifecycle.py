@@ -122,6 +122,6 @@ def test_transfer_reports(connector_api):
     with connector_faults_fail(cid):
         runs = _lifetime(connector_api, phases)
     for number, run in enumerate(runs, 1):
-        wrong = run.misreports + run.held
+        wrong = run.misreports + [f"pass {number}: {held}" for held in run.held]
         if wrong:
-            raise ClauseViolation(cid, f"in pass {number} of two stores and two loads: " + "; ".join(wrong[:3]))
+            raise ClauseViolation(cid, "over two passes (two prompts stored, then loaded): " + "; ".join(wrong[:3]))

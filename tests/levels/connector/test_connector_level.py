@@ -16,15 +16,21 @@ pytestmark = pytest.mark.engine
 API_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "connector"}
 ACROSS = {c.id for c in CLAUSES.values() if c.level == "connector" and "persistent" in c.requires}
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage"}  # inherited from ExampleConnector
+# Also inherited: a key of token ids alone (api_cache_salt), and a save at a prompt's first chunk
+# that later claims the whole prompt (a shape mismatch on load), hit by every scenario that prefills
+# in chunks (api_chunked_prefill, api_abort, api_preemption).
+LIFECYCLE_BUGS = {"api_cache_salt", "api_chunked_prefill", "api_abort", "api_preemption"}
+EXAMPLE_BUGS = FILE_STORE_BUGS | LIFECYCLE_BUGS
 ZOO = "conformance.zoo.connectors."
 GOOD = "conformance.zoo.good."
 # Caches that live inside their engine: run as their authors would declare them (not persistent).
 IN_ENGINE = {GOOD + "in_engine:InEngineConnector", ZOO + "block_reference:BlockReferenceConnector"}
 # connector -> the clauses it must fail under the ci profile (every other clause must pass).
 EXPECTED = {
-    # Keyed by token ids only, it serves an fp8_e4m3 pair the bytes an fp8_e5m2 pair stored; with
-    # no checksum, a flipped byte in a stored file is loaded as KV.
-    "ExampleConnector": FILE_STORE_BUGS,
+    # Keyed by token ids only, it serves an fp8_e4m3 pair the bytes an fp8_e5m2 pair stored, and one
+    # tenant's KV to another (cache_salt); with no checksum, a flipped byte in a stored file is loaded
+    # as KV; saved at the first chunk, a prompt prefilled in chunks is claimed whole.
+    "ExampleConnector": EXAMPLE_BUGS,
     # Against LMCache's real multiprocess server (started by the tier): chunks are keyed by the
     # torch dtype, uint8 for every fp8 format, so the fp8 twins read each other's chunks. A server
     # restart loses its store: the load misses, which is a pass of api_damaged_storage.
@@ -32,24 +38,37 @@ EXPECTED = {
     # Stores nothing to damage (Not runnable) and loads nothing to compare (Not exercised).
     ZOO + "noop:NoopConnector": {"api_save_load_roundtrip", "api_same_engine_roundtrip"},
     ZOO + "reversed_blocks:ReversedBlocksConnector":
-        {"api_save_load_roundtrip", "api_same_engine_roundtrip"} | FILE_STORE_BUGS,
-    ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes"} | FILE_STORE_BUGS,
+        {"api_save_load_roundtrip", "api_same_engine_roundtrip"} | EXAMPLE_BUGS,
+    ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes"} | EXAMPLE_BUGS,
     ZOO + "first_layer_only:FirstLayerOnlyConnector":
-        {"api_save_load_roundtrip", "api_same_engine_roundtrip"} | FILE_STORE_BUGS,
+        {"api_save_load_roundtrip", "api_same_engine_roundtrip"} | EXAMPLE_BUGS,
     # Keyed by the first block alone: a prompt sharing only that block is handed the rest of another's KV.
-    ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | FILE_STORE_BUGS,
+    ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | EXAMPLE_BUGS,
     # Correct, but reads vLLM's current config where vLLM's worker has one set: flagged only for
     # what it inherits, or the harness is not running hooks in vLLM's context.
-    "conformance.zoo.good.config_reading:ConfigReadingConnector": FILE_STORE_BUGS,
+    "conformance.zoo.good.config_reading:ConfigReadingConnector": EXAMPLE_BUGS,
     # Loads only the first request of each step: right one request at a time, wrong in a batch.
-    ZOO + "first_load_only:FirstLoadOnlyConnector": {"api_concurrent_loads"} | FILE_STORE_BUGS,
+    ZOO + "first_load_only:FirstLoadOnlyConnector": {"api_concurrent_loads"} | EXAMPLE_BUGS,
     # A cache inside its engine: the cross-engine clauses are Disabled, never a false Fail.
     GOOD + "in_engine:InEngineConnector": set(),
-    # Remembers the slots instead of copying the KV: wrong once freed blocks are overwritten.
-    ZOO + "block_reference:BlockReferenceConnector": {"api_same_engine_roundtrip"},
+    # Remembers the slots instead of copying the KV: wrong once freed blocks are overwritten, in every
+    # scenario that reloads within the engine.
+    ZOO + "block_reference:BlockReferenceConnector":
+        {"api_same_engine_roundtrip", "api_chunked_prefill", "api_abort", "api_preemption"},
+    # ExampleConnector with its lifecycle put right (salted key, saved once computed, async saves
+    # reported once): only its file format's bugs are left; each known-bad below breaks one thing.
+    GOOD + "lifecycle:LifecycleConnector": FILE_STORE_BUGS,
+    ZOO + "salt_blind:SaltBlindConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
+    # Saves at the first chunk: every scenario that prefills in chunks claims what it never saved.
+    ZOO + "early_save:EarlySaveConnector":
+        {"api_chunked_prefill", "api_abort", "api_preemption"} | FILE_STORE_BUGS,
+    ZOO + "double_report:DoubleReportConnector": {"api_transfer_reports"} | FILE_STORE_BUGS,
+    ZOO + "abort_leak:AbortLeakConnector": {"api_abort"} | FILE_STORE_BUGS,
+    ZOO + "readmission_assert:ReadmissionAssertConnector": {"api_preemption"} | FILE_STORE_BUGS,
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
-NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads"}}
+NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_chunked_prefill",
+                                               "api_preemption"}}
 
 # Clauses that catch the same bug when their drawn examples exercise it (a partial prefix that
 # happens to hit a whole stored block): allowed to fail, not required to (wpt's intermittent).

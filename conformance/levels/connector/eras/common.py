@@ -100,7 +100,7 @@ class HookEra:
         from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin
 
         forward = bool(scheduler_output.total_num_scheduled_tokens)
-        metadata = {name: _attention_metadata(mla) for name in caches} if forward else None
+        metadata = {name: _attention_metadata(mla) for name in caches} if forward else {}
         config.compilation_config.static_forward_context = {
             name: SimpleNamespace(kv_cache=cache) for name, cache in caches.items()}
         kv_transfer_state._KV_CONNECTOR_AGENT = worker
@@ -109,11 +109,11 @@ class HookEra:
                 worker.handle_preemptions(scheduler_output.kv_connector_metadata)
             # A step that scheduled no token is vLLM's kv_connector_no_forward: the connector's step
             # hooks (loads started, saves waited for, transfers collected) without any layer's.
-            with set_forward_context(metadata, config), \
+            with set_forward_context(metadata or None, config), \
                     KVConnectorModelRunnerMixin._get_kv_connector_output(scheduler_output) as output:
-                for name, cache in caches.items() if metadata else ():  # what each attention layer's forward does
+                for name, layer_metadata in metadata.items():  # what each attention layer's forward does
                     worker.wait_for_layer_load(name)
-                    worker.save_kv_layer(name, cache, metadata[name])
+                    worker.save_kv_layer(name, caches[name], layer_metadata)
         finally:
             kv_transfer_state._KV_CONNECTOR_AGENT = None
         return output
