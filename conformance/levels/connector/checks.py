@@ -17,21 +17,24 @@ from conformance.levels.connector.slots import token_rows, views_over
 MAX_REPORTED = 3
 
 
-def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: int) -> list[str]:
+def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: int, *,
+                       held: bool = False) -> list[str]:
     """Tokens [0, ntokens) as the load run holds them, against what the store run's model wrote
-    (where it first computed them: ``Run.origin``).
+    (where it first computed them: ``Run.origin``), or with ``held`` against what the store run's
+    cache held for them at its end (tokens it loaded itself included).
 
     Tokens in blocks the connector reported as failed loads are exempt: vLLM recomputes them.
     """
     if ntokens <= 0:
         return []
     positions = torch.arange(ntokens)
-    src_blocks = torch.tensor(stored.origin[stored_id], dtype=torch.long)[positions // stored.block_size]
+    src_blocks = torch.tensor((stored.blocks if held else stored.origin)[stored_id],
+                              dtype=torch.long)[positions // stored.block_size]
     dst_blocks = torch.tensor(loaded.blocks[loaded_id], dtype=torch.long)[positions // loaded.block_size]
     keep = torch.tensor([int(b) not in loaded.load_errors for b in dst_blocks], dtype=torch.bool)
     positions, src_blocks, dst_blocks = positions[keep], src_blocks[keep], dst_blocks[keep]
     offsets = positions % loaded.block_size
-    written = views_over(stored.caches, stored.before)
+    written = stored.caches if held else views_over(stored.caches, stored.before)
     problems = []
     for layer, view in loaded.caches.items():
         want, got = token_rows(written[layer], src_blocks, offsets), token_rows(view, dst_blocks, offsets)

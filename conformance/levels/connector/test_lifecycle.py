@@ -32,12 +32,15 @@ def _lifetime(api: ConnectorHarness, phases: list[Phase], **knobs) -> list[Run]:
                         phases=phases, storage=f"lifecycle-{uuid.uuid4().hex[:12]}", **knobs)
 
 
-def _bytes_back(cid: str, stored: Run, sid: str, loaded: Run, lid: str, context: str) -> None:
+def _bytes_back(cid: str, stored: Run, sid: str, loaded: Run, lid: str, context: str, *, held: bool = False) -> None:
+    """What ``lid`` loaded is what ``sid`` computed (with ``held``: what ``sid``'s blocks held at the
+    end of its pass, the tokens it loaded itself included)."""
     n = loaded.external_tokens.get(lid, 0)
-    problems = checks.loaded_differences(stored, sid, loaded, lid, n)
+    problems = checks.loaded_differences(stored, sid, loaded, lid, n, held=held)
     if problems:
+        what = "held" if held else "computed"
         raise ClauseViolation(cid, f"{context}, request {lid!r} loaded {n} tokens of {sid!r}'s prompt that differ "
-                                   f"from what it computed {where(loaded, 'reload')}: " + "; ".join(problems))
+                                   f"from what it {what} {where(loaded, 'reload')}: " + "; ".join(problems))
 
 
 @clause("api_cache_salt")
@@ -88,8 +91,9 @@ def test_abort(connector_api):
             raise ClauseViolation(cid, f"{context}in pass {number} (aborted: {sorted(run.aborted) or 'none'}), "
                                        + "; ".join(run.held) + ". vLLM calls request_finished for an aborted "
                                        "request too; report its transfer in get_finished like any other")
-    _bytes_back(cid, second, "a-again", third, "a-third", context + "a prompt computed after its first request "
+    _bytes_back(cid, first, "a", second, "a-again", context + "a prompt asked for again after its first request "
                 "was aborted")
+    _bytes_back(cid, second, "a-again", third, "a-third", context + "that prompt asked for a third time", held=True)
 
 
 @clause("api_preemption")
