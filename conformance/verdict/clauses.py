@@ -124,6 +124,10 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "get_finished reports each finished async save (finished_sending) and load (finished_recving) "
            "exactly once, only for a request vLLM holds for it, and every block comes back once the "
            "requests ended"),
+    Clause("engine_cache_salt", _ENGINE,
+           "one engine that stored prompts, had its prefix cache reset and served them again serves "
+           "none of them as external hits to requests of another cache_salt",
+           needs_load=True),
     Clause("engine_store_then_load", _ENGINE,
            "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
            "logprobs bit-identical to a no-connector baseline (a concurrent batch: within the measured "

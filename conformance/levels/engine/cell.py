@@ -45,9 +45,12 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
         "boundaries": {"name": "boundaries", "prompts": boundaries},
         "extends": {"name": "extends", "prompts": [boundaries[-1] + tokens(bs + 11)]},
         "concurrent": {"name": "concurrent", "prompts": concurrent, "together": True},
+        # Stored prompts asked for by another tenant: vLLM keys its own prefix cache by cache_salt.
+        "salted": {"name": "salted", "prompts": boundaries[-2:], "cache_salt": SALT},
     }
 
 
+SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch
 AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
 SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase)
@@ -125,7 +128,7 @@ class EngineCell:
         dtype = self.kv_cache_dtype
         return {
             "baseline": lambda: self._spec(dtype, None, load),
-            SAME_ENGINE: lambda: self._spec(dtype, SAME_ENGINE, STORED, reload=load),
+            SAME_ENGINE: lambda: self._spec(dtype, SAME_ENGINE, STORED, reload=[*load, "salted"]),
             "store": lambda: self._spec(dtype, "store", STORED),
             "load": lambda: self._spec(dtype, "load", load),
             "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),

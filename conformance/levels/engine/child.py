@@ -6,7 +6,7 @@ process leaves through ``os._exit`` so that no teardown can hang it.
 
 SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``,
 ``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
-``[{"name", "prompts": [[token ids]], "together": bool, "phase": int}]``; a batch ``together`` is
+``[{"name", "prompts": [[token ids]], "together": bool, "phase": int, "cache_salt": str}]``; a batch ``together`` is
 submitted in one ``generate`` call (concurrent requests), otherwise prompt by prompt. Before the
 first batch of each later phase the engine's own prefix cache is reset (``reset_prefix_cache``),
 so what comes back in that phase comes back through the connector.
@@ -149,7 +149,8 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
             phase = batch["phase"]
             resets.append(_reset_prefix_cache(llm))
         t = time.perf_counter()
-        prompts = [TokensPrompt(prompt_token_ids=p) for p in batch["prompts"]]
+        salt = {"cache_salt": batch["cache_salt"]} if batch.get("cache_salt") else {}
+        prompts = [TokensPrompt(prompt_token_ids=p, **salt) for p in batch["prompts"]]
         groups = [prompts] if batch.get("together") else [[p] for p in prompts]
         idx = 0
         for g, group in enumerate(groups):

@@ -11,7 +11,7 @@ message names it. Prompts served one by one are always compared as bits.
 import pytest
 
 from conformance.contract.spec import KVSpec
-from conformance.levels.engine.cell import COLD_ROLES, SAME_ENGINE, NotRunnable, compare_runs, external_hits
+from conformance.levels.engine.cell import COLD_ROLES, SALT, SAME_ENGINE, NotRunnable, compare_runs, external_hits
 from conformance.levels.subject import cannot_run_here
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load
@@ -88,6 +88,20 @@ def test_engine_same_engine_reload(cell):
             "silently did nothing"))
     _identical(cell, reload, base, ["extends", "boundaries", "concurrent"], cid,
                f"the engine reloading after reset_prefix_cache ({hits:g} external hit tokens)")
+
+
+@clause("engine_cache_salt")
+def test_engine_cache_salt(cell):
+    cid = "engine_cache_salt"
+    engine = _connector_run(cell, SAME_ENGINE, cid)
+    reload = engine.phase(1)
+    count_load(external_hits(reload) - external_hits(reload, "salted"))
+    hits = external_hits(reload, "salted")
+    if hits > 0:
+        raise ClauseViolation(cid, (
+            f"the engine served {hits:g} external prefix-cache hit tokens to {len(cell.batches['salted']['prompts'])} "
+            f"requests of cache_salt={SALT!r} for prompts only unsalted requests had stored: one tenant is served "
+            f"another's KV. {cell.connector.label} must key stored KV by the request's cache_salt too"))
 
 
 @clause("engine_store_then_load")

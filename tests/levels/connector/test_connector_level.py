@@ -113,6 +113,22 @@ def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
         assert "claims KV it never stored" in test["message"], test["message"]
 
 
+@pytest.mark.parametrize("connector, clause, says", [
+    ("double_report:DoubleReportConnector", "api_transfer_reports",
+     ["get_finished reported request 'a' in finished_sending again", "pass 2 step 0", "Report each finished transfer once"]),
+    ("abort_leak:AbortLeakConnector", "api_abort",
+     ["request 'a' (FINISHED_ABORTED) still holds its blocks", "request_finished returned True",
+      "vLLM calls request_finished for an aborted request too"]),
+    ("salt_blind:SaltBlindConnector", "api_cache_salt", ["cache_salt='salt-a'", "'tenant-b': 80", "Key stored KV"]),
+])
+def test_a_lifecycle_failure_names_the_request_the_hook_and_what_vllm_expects(run_suite, connector, clause, says):
+    run = api_suite(run_suite, ZOO + connector, "-k", clause.removeprefix("api_"))
+    (test,) = [t for t in run.results["tests"] if t["clause"] == clause]
+    assert test["status"] == "Fail", test
+    for words in says:
+        assert words in test["message"], test["message"]
+
+
 def test_a_multiconnector_reaches_every_childs_storage(run_suite):
     """MultiConnector's children get the suite's private directory through '{storage}', so damage
     reaches both (two files per layer pair) and the clauses judge the pair, not ExampleConnector

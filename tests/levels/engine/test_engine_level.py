@@ -64,6 +64,9 @@ def test_example_connector(run_suite, dtype):
     (rec,) = [t for t in run.results["tests"] if t["clause"] == "engine_load_failure_recompute"]
     assert rec["status"] == "Fail" and "died instead of recomputing" in rec["message"], rec
     assert "incomplete metadata" in rec["message"], rec["message"]  # safetensors' own words
+    # Its key ignores cache_salt: another tenant's requests are served the stored prompts' KV.
+    (salt,) = [t for t in run.results["tests"] if t["clause"] == "engine_cache_salt"]
+    assert salt["status"] == "Fail" and "one tenant is served another's KV" in salt["message"], salt
     timings = run.results["connector"]["engine_timings"]
     assert {"baseline", "store", "load"} <= set(timings)
 
@@ -78,7 +81,7 @@ def test_lmcache_mp_connector_with_its_real_server(run_suite, dtype):
     # baseline's; compared as bits, that once failed a clause in CI in four runs (a decode step 3
     # bits off, no connector needed: benchmarks/batch_composition_noise.py). Now within tolerance.
     # A restarted server has lost its store: the load misses and vLLM recomputes, under either policy.
-    survives = PASSING | {"engine_load_failure_recompute"}
+    survives = PASSING | {"engine_load_failure_recompute", "engine_cache_salt"}
     assert {c for c in survives if statuses.get(c) != "Pass"} == set(), run.output[-4000:]
     if dtype == "fp8_e5m2":
         # LMCache 0.5.6 keys chunks by the torch dtype, uint8 for every fp8 format: an fp8_e4m3
@@ -104,6 +107,7 @@ def test_a_cache_inside_its_engine_gets_no_false_fail(run_suite):
     statuses = run.statuses()
     assert {c for c, s in statuses.items() if s == "Disabled"} == ACROSS, run.output[-4000:]
     assert statuses["engine_same_engine_reload"] == statuses["engine_effective_dtype"] == "Pass", run.output[-4000:]
+    assert statuses["engine_cache_salt"] == "Pass", run.output[-4000:]  # its key carries the salt
     assert run.results["connector"]["capabilities"] == []
 
 
