@@ -66,7 +66,7 @@ def test_chunked_prefill(connector_api):
     ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=23)
     phases = [Phase([("stored", ps.stored)], seeded_fill(23)),
               Phase([("neighbour", ps.neighbour), ("load", ps.stored)], seeded_fill(24))]
-    context = (f"with max_num_batched_tokens={CHUNK}, a {len(ps.stored)}-token prompt prefilled in "
+    context = (f"with a token budget of {CHUNK} a step (max_num_batched_tokens), a {len(ps.stored)}-token prompt prefilled in "
                f"{-(-len(ps.stored) // CHUNK)} chunks and then asked for again: ")
     with connector_faults_fail(cid, context):
         stored, loaded = _lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
