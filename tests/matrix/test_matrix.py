@@ -117,7 +117,8 @@ def test_engine_cells_and_conditional_expectations():
     cells = {c.id: c for c in m.cells("standard") if c.level == "engine"}
     example = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, fp8_e5m2, ExampleConnector)"]
     assert "--kv-connector=ExampleConnector" in example.args and "--kv-cache-dtype=fp8_e5m2" in example.args
-    assert set(example.expected_failures) == {"engine_format_isolation", "engine_load_failure_recompute"}
+    assert set(example.expected_failures) == {"engine_format_isolation", "engine_load_failure_recompute",
+                                              "engine_cache_salt"}
     # LMCache's expectations are conditional on the dtype: uint8 keys for fp8, a scheduler crash for auto.
     auto = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, auto, LMCacheMPConnector)"].expected_failures
     fp8 = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, fp8_e5m2, LMCacheMPConnector)"].expected_failures
@@ -299,7 +300,8 @@ def test_connector_entries_yield_one_api_cell_per_model_and_engine_cells_per_dty
     assert "--kv-connector-capabilities=persistent" in example_api.args  # declared, never guessed
     assert example_api.id == "cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, api, ExampleConnector)"
     # An expectation names clauses of several tiers; a cell takes only its own tier's.
-    assert set(example_api.expected_failures) == {"api_format_isolation", "api_damaged_storage"}
+    assert set(example_api.expected_failures) == {"api_format_isolation", "api_damaged_storage", "api_cache_salt",
+                                                  "api_chunked_prefill", "api_abort", "api_preemption"}
 
 
 def test_bad_levels_is_one_clear_line(tmp_path):
