@@ -174,7 +174,8 @@ class ConnectorHarness:
             scheduler = self._build("scheduler", era.make_scheduler, config, kv_cache_config)
             free_at_start = scheduler.inner.kv_cache_manager.block_pool.get_num_free_blocks()
             ledger = Ledger()
-            for ledger.phase, phase in enumerate(phases, 1):
+            for number, phase in enumerate(phases, 1):
+                ledger.phase = number
                 if runs:
                     self._hook("scheduler", scheduler.reset_prefix_cache)
                 raw = backing_bytes(caches)
