@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+WAITING_FOR_LOAD = "WAITING_FOR_REMOTE_KVS"  # vLLM's RequestStatus of a request whose async load runs
 # KVConnectorOutput field -> what it reports; failed_recving (vLLM >= 0.32) ends a load too.
 REPORTS = {"finished_recving": "load", "failed_recving": "load", "finished_sending": "save"}
 
@@ -48,8 +49,6 @@ class Ledger:
             setattr(output, attr, kept)
 
     def _problem(self, attr: str, kind: str, rid: str, scheduler: Any, step: int) -> str | None:
-        from vllm.v1.request import RequestStatus
-
         hook = f"get_finished reported request {rid!r} in {attr}"
         if (kind, rid) in self._seen:
             return (f"{hook} again (first in {self._seen[(kind, rid)]}): vLLM acts on the first report "
@@ -62,7 +61,7 @@ class Ledger:
         if kind == "save" and not request.is_finished():
             return (f"{hook} while it is still {request.status.name}: finished_sending is for a finished "
                     "request whose request_finished returned True (its blocks held for an async save)")
-        if kind == "load" and not (request.status == RequestStatus.WAITING_FOR_REMOTE_KVS or request.is_finished()):
+        if kind == "load" and not (request.status.name == WAITING_FOR_LOAD or request.is_finished()):
             return (f"{hook} while it is {request.status.name}: finished_recving is for a request whose "
                     "get_num_new_matched_tokens returned load_async=True and that still waits for that load")
         return None
