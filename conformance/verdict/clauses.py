@@ -124,6 +124,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "get_finished reports each finished async save (finished_sending) and load (finished_recving) "
            "exactly once, only for a request vLLM holds for it, and every block comes back once the "
            "requests ended"),
+    Clause("api_load_errors_reported", _CONNECTOR,
+           "with each stored file cut short (its last byte gone), the connector loads nothing or reports "
+           "the blocks it could not read (get_block_ids_with_load_errors, in the step of the load): it "
+           "never raises (the worker dies) and never claims tokens whose bytes it did not read",
+           requires=_ACROSS, lossless=True),
     Clause("engine_cache_salt", _ENGINE,
            "one engine that stored prompts, had its prefix cache reset and served them again serves "
            "none of them as external hits to requests of another cache_salt",

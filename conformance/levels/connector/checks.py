@@ -33,6 +33,8 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
     dst_blocks = torch.tensor(loaded.blocks[loaded_id], dtype=torch.long)[positions // loaded.block_size]
     keep = torch.tensor([int(b) not in loaded.load_errors for b in dst_blocks], dtype=torch.bool)
     positions, src_blocks, dst_blocks = positions[keep], src_blocks[keep], dst_blocks[keep]
+    if not len(positions):  # every loaded block was reported failed: nothing to compare
+        return []
     offsets = positions % loaded.block_size
     written = stored.caches if held else views_over(stored.caches, stored.before)
     problems = []

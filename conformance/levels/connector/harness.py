@@ -115,17 +115,19 @@ class ConnectorHarness:
     lose_remote: Callable[[], str] | None = None  # loses a server's content; says how
     _used: set[str] = field(default_factory=set)  # storages a run has used (a first run is cold)
 
-    def damage(self, storage: str) -> str:
-        """Corrupt what a store run left in ``storage`` (one byte flipped mid-file, as bit rot or a
-        torn write leaves it), or lose a server's content; say how. NotImplementedError when the
-        suite cannot reach the connector's storage."""
+    def damage(self, storage: str, how: str = "flip_middle") -> str:
+        """Corrupt what a store run left in ``storage`` (``flip_middle``: one byte flipped mid-file,
+        as bit rot or a torn write leaves it; ``truncate``: the last byte cut off, a file its reader
+        cannot parse), or lose a server's content; say how. NotImplementedError when the suite
+        cannot reach the connector's storage."""
         files = sorted(p for p in (self.workdir / storage).rglob("*") if p.is_file())
         for f in files:
             data = f.read_bytes()
             if data:
-                f.write_bytes(damaged(data, "flip_middle"))
+                f.write_bytes(damaged(data, how))
         if files:
-            return f"flipped the middle byte of each of the {len(files)} files the connector stored"
+            what = "flipped the middle byte of" if how == "flip_middle" else "cut the last byte off"
+            return f"{what} each of the {len(files)} files the connector stored"
         if self.lose_remote is not None:
             return self.lose_remote()
         raise NotImplementedError(f"the suite cannot reach the storage of {self.connector.label} to damage it")

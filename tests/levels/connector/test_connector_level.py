@@ -15,7 +15,9 @@ pytestmark = pytest.mark.engine
 
 API_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "connector"}
 ACROSS = {c.id for c in CLAUSES.values() if c.level == "connector" and "persistent" in c.requires}
-FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage"}  # inherited from ExampleConnector
+# Inherited from ExampleConnector's files: fp8 twins share a key, no checksum, and a file it cannot
+# parse raises in the worker instead of being reported (api_load_errors_reported).
+FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage", "api_load_errors_reported"}
 # Also inherited: a key of token ids alone (api_cache_salt), and a save at a prompt's first chunk
 # that later claims the whole prompt (a shape mismatch on load), hit by every scenario that prefills
 # in chunks (api_chunked_prefill, api_abort, api_preemption).
@@ -65,6 +67,10 @@ EXPECTED = {
     ZOO + "double_report:DoubleReportConnector": {"api_transfer_reports"} | FILE_STORE_BUGS,
     ZOO + "abort_leak:AbortLeakConnector": {"api_abort"} | FILE_STORE_BUGS,
     ZOO + "readmission_assert:ReadmissionAssertConnector": {"api_preemption"} | FILE_STORE_BUGS,
+    # Reports the blocks of a file it cannot parse (the engine level's recompute control); the
+    # known-bad beside it skips the file just the same but reports nothing (a swallowed load error).
+    GOOD + "load_error_reporting:LoadErrorReportingConnector": EXAMPLE_BUGS - {"api_load_errors_reported"},
+    ZOO + "swallowed_load_error:SwallowedLoadErrorConnector": EXAMPLE_BUGS,
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
 NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_chunked_prefill",
