@@ -30,7 +30,9 @@ def test_realisations_keep_logical_content(data, kind):
     assert content.dtype == spec.storage_dtype and tuple(content.shape) == spec.layer_shape
     view = realise(content, spec, kind, offset=data.draw(st.integers(1, 7)), layer=data.draw(st.integers(1, 2)))
     assert logical_bytes(view) == logical_bytes(content)
-    identity = spec.memory_order == tuple(range(len(spec.layer_shape)))
+    # A permutation that moves only dims of size 1 (one KV head) lays the bytes out as the identity does.
+    moved = [d for d in spec.memory_order if spec.layer_shape[d] != 1]
+    identity = moved == sorted(moved)
     if kind in NON_CONTIGUOUS_VIEW_KINDS and not (kind == "stride_order" and identity):
         assert not view.is_contiguous() or view.storage_offset() > 0
     if kind == "storage_offset":
