@@ -233,26 +233,40 @@ def test_concurrent_loads(connector_api, data):
                                        f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
 
 
+def _stored_then_damaged(api, cid: str, dtype: str, how: str, *, seeds: tuple[int, int, int]):
+    """A 257-token prompt stored (block size 32, the first layout), then what the store run left
+    damaged ``how`` (``ConnectorHarness.damage``): (the store run, what the suite did, the load run
+    of the prompt over the damaged storage, to call). Not runnable when the suite cannot reach the
+    storage; the load run's exceptions are the caller's to judge. ``seeds``: the prompts' and the
+    two fills'."""
+    block_size, layout = 32, api.era.layouts()[0]
+    ps = unique_prompts(api.vocab_size, 8 * block_size + 1, seed=seeds[0])
+    storage = f"damaged-{uuid.uuid4().hex[:12]}"
+    with _connector_faults_fail(cid):
+        store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
+                        requests=[("stored", ps.stored)], fill=seeded_fill(seeds[1]), storage=storage)
+    try:
+        done = api.damage(storage, how)
+    except NotImplementedError as exc:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+
+    def load_again() -> Run:
+        return api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
+                       requests=[("neighbour", ps.neighbour), ("load", ps.stored)], fill=seeded_fill(seeds[2]),
+                       storage=storage)
+
+    return store, done, load_again
+
+
 @clause("api_damaged_storage")
 @pytest.mark.parametrize("dtype", ["auto", "fp8_e5m2"])
 def test_damaged_storage(connector_api, dtype):
     cid = "api_damaged_storage"
     if dtype not in active_kv_cache_dtypes():
         pytest.skip(f"kv_cache_dtype {dtype} is not in --kv-cache-dtypes")
-    api, block_size, layout = connector_api, 32, connector_api.era.layouts()[0]
-    ps = unique_prompts(api.vocab_size, 8 * block_size + 1, seed=2)
-    storage = f"damaged-{uuid.uuid4().hex[:12]}"
-    with _connector_faults_fail(cid):
-        store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
-                        requests=[("stored", ps.stored)], fill=seeded_fill(3), storage=storage)
+    store, how, load_again = _stored_then_damaged(connector_api, cid, dtype, "flip_middle", seeds=(2, 3, 4))
     try:
-        how = api.damage(storage)
-    except NotImplementedError as exc:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
-    try:
-        load = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
-                       requests=[("neighbour", ps.neighbour), ("load", ps.stored)], fill=seeded_fill(4),
-                       storage=storage)
+        load = load_again()
     except ConnectorRaised as exc:
         raise ClauseViolation(cid, f"after the suite {how}, the connector raised in {exc} instead of "
                                    "reporting the damaged blocks (get_block_ids_with_load_errors): in an "
@@ -290,3 +304,19 @@ def _format_isolation_examples(connector_api, twins, data):
     if n > 0 and not failed:
         raise ClauseViolation(cid, f"a {twin} connector pair loaded {n} tokens that a {dtype} pair stored: "
                                    f"it was served the other format's bytes {_where(load, 'twin load')}")
+
+
+@clause("api_load_errors_reported")
+def test_load_errors_reported(connector_api):
+    cid = "api_load_errors_reported"
+    stored, how, load_again = _stored_then_damaged(connector_api, cid, "auto", "truncate", seeds=(33, 33, 34))
+    context = f"after the suite {how}, "
+    with _connector_faults_fail(cid, context + "instead of reporting the blocks it could not read "
+                                               "(get_block_ids_with_load_errors), which in an engine kills the worker: "):
+        loaded = load_again()
+    n = loaded.external_tokens.get("load", 0)
+    problems = checks.loaded_differences(stored, "stored", loaded, "load", n)
+    if problems:
+        raise ClauseViolation(cid, f"{context}the connector claimed {n} tokens and reported {len(loaded.load_errors)} "
+                                   "failed block(s), yet the blocks hold bytes it never read: a load error it "
+                                   f"swallowed {_where(loaded, 'load of unreadable files')}: " + "; ".join(problems))

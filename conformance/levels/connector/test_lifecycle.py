@@ -132,29 +132,3 @@ def test_transfer_reports(connector_api):
         if wrong:
             raise ClauseViolation(cid, "over two passes (two prompts stored, then loaded): " + "; ".join(wrong[:3]))
 
-
-@clause("api_load_errors_reported")
-def test_load_errors_reported(connector_api):
-    cid = "api_load_errors_reported"
-    api, block_size, layout = connector_api, 32, connector_api.era.layouts()[0]
-    ps = unique_prompts(api.vocab_size, 8 * block_size + 1, seed=33)
-    storage = f"unreadable-{uuid.uuid4().hex[:12]}"
-    with connector_faults_fail(cid):
-        stored = api.run(kv_cache_dtype="auto", layout=layout, block_size=block_size,
-                         requests=[("stored", ps.stored)], fill=seeded_fill(33), storage=storage)
-    try:
-        how = api.damage(storage, "truncate")
-    except NotImplementedError as exc:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
-    context = f"after the suite {how}, "
-    with connector_faults_fail(cid, context + "instead of reporting the blocks it could not read "
-                                              "(get_block_ids_with_load_errors), which in an engine kills the worker: "):
-        loaded = api.run(kv_cache_dtype="auto", layout=layout, block_size=block_size,
-                         requests=[("neighbour", ps.neighbour), ("load", ps.stored)], fill=seeded_fill(34),
-                         storage=storage)
-    n = loaded.external_tokens.get("load", 0)
-    problems = checks.loaded_differences(stored, "stored", loaded, "load", n)
-    if problems:
-        raise ClauseViolation(cid, f"{context}the connector claimed {n} tokens and reported {len(loaded.load_errors)} "
-                                   "failed block(s), yet the blocks hold bytes it never read: a load error it "
-                                   f"swallowed {where(loaded, 'load of unreadable files')}: " + "; ".join(problems))

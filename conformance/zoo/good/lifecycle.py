@@ -51,16 +51,13 @@ class LifecycleConnector(ExampleConnector):
         resumed = set(getattr(cached, "resumed_req_ids", ()))
         for i, rid in enumerate(cached.req_ids):
             ids = list((cached.new_block_ids[i] or ([],))[0])
-            self._blocks[rid] = self._resumed_blocks(rid, ids) if rid in resumed else self._blocks[rid] + ids
+            # A re-admitted request's block ids are all of its blocks (the old ones were freed).
+            self._blocks[rid] = ids if rid in resumed else self._blocks[rid] + ids
             if rid in resumed and rid in self._requests_need_load:
                 self._add(meta, rid, is_store=False)
             self._maybe_save(meta, rid, cached.num_computed_tokens[i], scheduler_output, first=False)
         self._requests_need_load.clear()
         return meta
-
-    def _resumed_blocks(self, rid: str, ids: list[int]) -> list[int]:
-        """A re-admitted request's block ids are all of its blocks (the old ones were freed)."""
-        return ids
 
     def _maybe_save(self, meta, rid: str, computed: int, scheduler_output, *, first: bool) -> None:
         request = self._admitted[rid]

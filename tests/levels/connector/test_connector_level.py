@@ -37,7 +37,8 @@ EXPECTED = {
     # torch dtype, uint8 for every fp8 format, so the fp8 twins read each other's chunks. A server
     # restart loses its store: the load misses, which is a pass of api_damaged_storage.
     "LMCacheMPConnector": {"api_format_isolation"},
-    # Stores nothing to damage (Not runnable) and loads nothing to compare (Not exercised).
+    # Stores, but never claims a match: it loads nothing (a Fail where a load is required, Not exercised
+    # where loaded bytes are compared; damaged storage it never reads is a Pass).
     ZOO + "noop:NoopConnector": {"api_save_load_roundtrip", "api_same_engine_roundtrip"},
     ZOO + "reversed_blocks:ReversedBlocksConnector":
         {"api_save_load_roundtrip", "api_same_engine_roundtrip"} | EXAMPLE_BUGS,
