@@ -47,12 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     dif.add_argument("--format", choices=["markdown", "json"], default="markdown",
                      help="markdown (a job summary) or json")
 
-    cert = sub.add_parser("certify", help="run a product's claimed profiles and write a bundle")
+    cert = sub.add_parser("certify", help="run a product's claimed badges and write a bundle")
     cert.add_argument("--product", type=Path, required=True, help="PRODUCT.yaml")
     cert.add_argument("--out", type=Path, required=True, help="a new, empty directory for the bundle")
+    cert.add_argument("--sign", type=Path, default=None, metavar="KEY",
+                      help="sign MANIFEST.json with this OpenSSH private key (ssh-keygen -Y sign)")
 
-    ver = sub.add_parser("verify", help="check a certification bundle without rerunning it")
+    ver = sub.add_parser("verify", help="check a certification bundle (without rerunning it, unless --rerun)")
     ver.add_argument("bundle", type=Path)
+    ver.add_argument("--allowed-signers", type=Path, default=None, metavar="FILE",
+                     help="require MANIFEST.json.sig, signed by PRODUCT.yaml's contact_email in this "
+                          "ssh-keygen allowed-signers file")
+    ver.add_argument("--rerun", action="store_true",
+                     help="run every claimed badge again here and compare each verdict and example count")
 
     fpr = sub.add_parser("api-fingerprint", help="fingerprint vLLM's connector-facing API (default: the installed vLLM)")
     fpr.add_argument("--from", dest="source", type=Path, default=None, metavar="PATH",
@@ -165,18 +172,26 @@ def _diff(args: argparse.Namespace) -> int:
 def _certify(args: argparse.Namespace) -> int:
     from conformance.certify.bundle import certify
     from conformance.certify.golden import GoldenError
+    from conformance.certify.verify import sign
 
+    if args.sign is not None and not args.sign.is_file():
+        print(f"kvconform certify: --sign {args.sign}: no such key file", file=sys.stderr)
+        return 2
     try:
-        return certify(args.product, args.out, argv=sys.argv)
+        code = certify(args.product, args.out)
     except GoldenError as exc:
         print(f"kvconform certify: {exc}", file=sys.stderr)
         return 2
+    if args.sign is not None and code in (0, 1):
+        sign(args.out, args.sign)
+        print(f"kvconform certify: signed {args.out / 'MANIFEST.json'} with {args.sign}")
+    return code
 
 
 def _verify(args: argparse.Namespace) -> int:
     from conformance.certify.verify import verify
 
-    problems = verify(args.bundle)
+    problems = verify(args.bundle, allowed_signers=args.allowed_signers, rerun=args.rerun, say=print)
     for problem in problems:
         print(problem)
     print(f"kvconform verify: {'OK' if not problems else f'{len(problems)} problem(s)'}: {args.bundle}")

@@ -13,7 +13,6 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -21,9 +20,9 @@ from conformance import __version__
 from conformance.certify.golden import SHIPPED_GOLDEN, Badge, Golden, load_golden, load_product, test_id
 from conformance.matrix.runner import suite_command
 from conformance.report import render as report
+from conformance.util.identity import reproducibility_problems
 from conformance.verdict import results
-from conformance.verdict.clauses import CLAUSES
-from conformance.verdict.results import ResultsDocument
+from conformance.verdict.clauses import CLAUSES, disabled_reason
 
 MANIFEST = "MANIFEST.json"
 CERTIFY_PROFILE = "certify"  # the Hypothesis profile: derandomized, recorded
@@ -33,18 +32,97 @@ def results_name(badge: str) -> str:
     return f"results-{badge}.json"
 
 
-def run_problems(badge: Badge, doc: dict[str, Any], connector: str) -> list[str]:
-    """Why ``doc`` is not a certification run of ``badge`` on ``connector``, whatever its verdicts:
+def subject_args(badge: Badge, product: Mapping[str, Any]) -> list[str]:
+    """The suite's options that put the product's store or connector under ``badge``'s levels."""
+    args = [f"--kv-levels={','.join(badge.levels)}"]
+    if badge.subject == "store":
+        return [f"--kv-store={product['store']}", *args]
+    c = product["connector"]
+    args += [f"--kv-connector={c['name']}", f"--kv-role={c['role']}", f"--kv-model={product['model']}"]
+    if c["extra_config"]:
+        args.append(f"--kv-connector-extra-config={json.dumps(c['extra_config'], sort_keys=True)}")
+    if c["capabilities"]:
+        args.append(f"--kv-connector-capabilities={','.join(c['capabilities'])}")
+    return args
+
+
+def badge_command(badge: Badge, product: Mapping[str, Any], where: Path = Path(".")) -> list[str]:
+    """The pytest command of ``badge``'s run, its files in ``where``."""
+    return suite_command(subject_args(badge, product), CERTIFY_PROFILE, where / results_name(badge.name),
+                         where / f"junit-{badge.name}.xml", badge.kv_cache_dtypes)
+
+
+def declared(badge: Badge, product: Mapping[str, Any]) -> frozenset[str] | None:
+    """The capabilities a connector product declares (clauses needing others are not required of
+    it); None for a store, which is held to every required test."""
+    if badge.subject == "store":
+        return None
+    from conformance.levels.subject import parse_capabilities
+
+    return parse_capabilities(",".join(product["connector"]["capabilities"]))[0]
+
+
+def run_problems(badge: Badge, doc: dict[str, Any], product: Mapping[str, Any]) -> list[str]:
+    """Why ``doc`` is not a certification run of ``badge`` on the product, whatever its verdicts:
     the checks certify and verify share, so that certify never calls ELIGIBLE what verify rejects."""
     problems = []
     if doc.get("profile") != CERTIFY_PROFILE:
         problems.append(f"ran under Hypothesis profile {doc.get('profile')!r}, not {CERTIFY_PROFILE!r}")
-    if (doc.get("store") or {}).get("target") != connector:
-        problems.append(f"tested {doc.get('store', {}).get('target')!r}, but PRODUCT.yaml names connector {connector!r}")
+    want_settings = certify_settings()
+    if doc.get("hypothesis_settings") != want_settings:
+        problems.append(f"ran with Hypothesis settings {doc.get('hypothesis_settings')}, but the {CERTIFY_PROFILE} "
+                        f"profile is {want_settings}")
     want_dtypes = list(badge.kv_cache_dtypes) if badge.kv_cache_dtypes else None
     if doc.get("kv_cache_dtypes") != want_dtypes:
         problems.append(f"ran kv_cache_dtypes {doc.get('kv_cache_dtypes')}, badge {badge.name} requires {want_dtypes}")
+    if badge.subject == "store":
+        tested = doc.get("store") or {}
+        if product["store"] not in (tested.get("target"), tested.get("spec")):
+            problems.append(f"tested store {tested.get('target')!r}, but PRODUCT.yaml names {product['store']!r}")
+    else:
+        problems += _connector_problems(doc.get("connector") or {}, product)
+    identity = (doc.get(badge.subject) or {}).get("identity")
+    problems += [f"tested code: {p}" for p in reproducibility_problems(identity)]
+    wanted = product.get("distribution")
+    if wanted and identity and not identity.get("problems"):
+        got = (identity.get("distribution") or "", identity.get("version"))
+        if _normal(got[0]) != _normal(wanted) or got[1] != str(product["version"]):
+            problems.append(f"tested code is {got[0] or identity.get('source_tree')} {got[1] or ''}, but PRODUCT.yaml "
+                            f"says distribution {wanted} {product['version']}")
     return problems
+
+
+def _connector_problems(tested: Mapping[str, Any], product: Mapping[str, Any]) -> list[str]:
+    c = product["connector"]
+    problems = []
+    if tested.get("spec") != c["name"]:
+        problems.append(f"tested connector {tested.get('spec')!r}, but PRODUCT.yaml names {c['name']!r}")
+    for key, want in (("capabilities", sorted(declared_names(c["capabilities"]))),
+                      ("extra_config", results.redact(c["extra_config"])), ("role", c["role"]),
+                      ("model", product["model"])):
+        if tested.get(key) != want:
+            problems.append(f"tested connector {key} {tested.get(key)!r}, but PRODUCT.yaml says {want!r}")
+    return problems
+
+
+def declared_names(capabilities: list[str]) -> set[str]:
+    return {c.partition("=")[0] for c in capabilities}
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def certify_settings() -> dict[str, Any]:
+    """The Hypothesis settings the certify profile runs with, as the results file records them."""
+    from hypothesis import settings
+
+    from conformance.verdict import profiles
+
+    profiles.register_profiles()
+    chosen = settings.get_profile(CERTIFY_PROFILE)
+    return {"max_examples": chosen.max_examples, "derandomize": chosen.derandomize,
+            "stateful_step_count": chosen.stateful_step_count}
 
 
 # Variables that change what a pytest run of the suite runs: a certification run refuses them
@@ -58,21 +136,42 @@ def overrides(environ: Mapping[str, str]) -> list[str]:
     return sorted(k for k in environ if k in OVERRIDES or k.startswith(OVERRIDE_PREFIX))
 
 
-def required_problems(badge: Badge, doc: dict[str, Any] | None) -> list[str]:
-    """Why ``doc`` does not satisfy ``badge``'s required tests (empty: it does)."""
+def required_problems(badge: Badge, doc: dict[str, Any] | None,
+                      capabilities: frozenset[str] | None = None) -> list[str]:
+    """Why ``doc`` does not satisfy ``badge``'s required tests (empty: it does). Every test of a
+    required clause (a parametrized clause has several) must Pass, or Skip beside one that passed;
+    a connector's clause that needs a capability outside ``capabilities`` (its declaration) is not
+    required of it."""
     if doc is None:
         return [f"badge {badge.name}: no results"]
-    by_id = {test_id(CLAUSES[t["clause"]].level, t["clause"]): t for t in doc.get("tests", [])
-             if isinstance(t, dict) and t.get("clause") in CLAUSES}
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for t in doc.get("tests", []):
+        if isinstance(t, dict) and t.get("clause") in CLAUSES:
+            by_id.setdefault(test_id(CLAUSES[t["clause"]].level, t["clause"]), []).append(t)
     problems = []
     for tid in badge.required:
-        test = by_id.get(tid)
-        if test is None:
+        clause = CLAUSES[tid.partition(":")[2]]
+        if capabilities is not None and disabled_reason(clause, capabilities, "it"):
+            continue  # not applicable as declared: the bundle's README states the declaration
+        tests = by_id.get(tid)
+        if not tests:
             problems.append(f"badge {badge.name}: required test {tid} did not run")
-        elif test.get("status") != "Pass":
-            first = (test.get("message") or "").splitlines()[0] if test.get("message") else ""
-            problems.append(f"badge {badge.name}: required test {tid} is {test.get('status')}"
-                            + (f": {first}" if first else ""))
+            continue
+        statuses = [t.get("status") for t in tests]
+        bad = next((t for t in tests if t.get("status") not in ("Pass", "Skip")), None)
+        if bad is None and "Pass" in statuses:
+            continue
+        bad = bad or tests[0]
+        first = (bad.get("message") or "").splitlines()[0] if bad.get("message") else ""
+        problems.append(f"badge {badge.name}: required test {tid} is {bad.get('status')}" + (f": {first}" if first else ""))
+    return problems
+
+
+def badge_problems(badge: Badge, doc: dict[str, Any] | None, product: Mapping[str, Any]) -> list[str]:
+    """Everything that keeps ``doc`` from earning ``badge`` for the product."""
+    problems = required_problems(badge, doc, declared(badge, product))
+    if doc is not None:
+        problems += [f"badge {badge.name}: {p}" for p in run_problems(badge, doc, product)]
     return problems
 
 
@@ -137,6 +236,8 @@ Made by kvconform {suite} (commit {commit}) with:
 
 Badges claimed: {badges}. Verdict: {verdict}.
 
+Certified: {subject}. Tested code: {identity}.
+
 ## Check it without rerunning
 
     pip install kvconform=={suite}
@@ -144,19 +245,24 @@ Badges claimed: {badges}. Verdict: {verdict}.
 
 `verify` checks every file against MANIFEST.json (SHA-256), that every required test of each
 claimed badge (golden.yaml, identical to the list shipped with kvconform {suite}) is present
-and passed, and that versions agree across files.
+and passed, that this README, the report and the JUnit files say what the results say, and
+that versions, settings and the tested code agree across files. An unsigned manifest proves
+only that nothing was edited by accident: whoever can edit the files can re-hash them. A
+signed one (MANIFEST.json.sig, `verify --allowed-signers FILE`) proves who made it, and
+`verify --rerun` runs every badge again here and compares each verdict.
 
 ## Reproduce it
 
-Install the connector ({connector}) and kvconform {suite} beside the packages in
+Install the {noun} ({target}) and kvconform {suite} beside the packages in
 environment.json, then run the command above. Each badge's run is also, on its own:
 
 {per_badge}
 """
+# The command a bundle records: its PRODUCT.yaml is in the bundle, the output directory is new.
+COMMAND = "kvconform certify --product PRODUCT.yaml --out NEW_BUNDLE_DIR"
 
 
-def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print,
-            argv: list[str] | None = None) -> int:
+def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print) -> int:
     golden = load_golden()
     product = load_product(product_path, golden)
     changed = overrides(os.environ)
@@ -168,44 +274,94 @@ def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print
         say(f"kvconform certify: {out} is not empty; choose a new directory")
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    problems, per_badge = [], []
+    problems = []
     for name in product["badges"]:
         badge = golden.badges[name]
-        res, junit, log = out / results_name(name), out / f"junit-{name}.xml", out / f"log-{name}.txt"
-        cmd = suite_command([f"--kv-store={product['connector']}"], CERTIFY_PROFILE, res, junit, badge.kv_cache_dtypes)
+        log = out / f"log-{name}.txt"
         say(f"kvconform certify: badge {name}: running {len(badge.required)} required tests")
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(badge_command(badge, product, out), capture_output=True, text=True)
         log.write_text(results.redact_text(proc.stdout + proc.stderr))  # shipped: no secret in it
+        junit = out / f"junit-{name}.xml"
         if junit.exists():
             junit.write_text(results.redact_text(junit.read_text(errors="replace")))
-        doc = json.loads(res.read_text()) if res.exists() else None
-        problems += required_problems(badge, doc)
-        problems += [f"badge {name}: {p}" for p in run_problems(badge, doc, product["connector"])] if doc else []
-        per_badge.append("    " + shlex.join(["python", *cmd[1:]]).replace(str(out) + "/", ""))
-    _write_bundle(out, product_path, product, golden, problems, per_badge, argv or sys.argv)
+        problems += badge_problems(badge, read_results(out, name), product)
+    _write_bundle(out, product_path, product, golden, problems)
     for problem in problems:
         say(f"NOT ELIGIBLE: {problem}")
     say(f"kvconform certify: {'ELIGIBLE' if not problems else 'NOT ELIGIBLE'}; bundle in {out}")
     return 0 if not problems else 1
 
 
+def read_results(bundle: Path, badge: str) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((bundle / results_name(badge)).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def render_report(bundle: Path, product: Mapping[str, Any], golden: Golden) -> str:
+    """report.md: the badges' results as one matrix report."""
+    cells: list[Any] = []
+    for name in product["badges"]:
+        doc = read_results(bundle, name)
+        if doc is not None:
+            command = shlex.join(["python", *badge_command(golden.badges[name], product)[1:]])
+            cells.append({**doc, "cell": {"id": f"{product['name']} [{name}]", "store": product["name"],
+                                          "target": _target(product), "tier": f"certify:{name}",
+                                          "command": results.redact_text(command), "wall_s": None}})
+    return report.markdown(report.matrix_document(cells))
+
+
+def render_readme(product: Mapping[str, Any], golden: Golden, env: Mapping[str, Any], identity: Any,
+                  problems: list[str]) -> str:
+    """README.md: what was certified, the verdict the results earn, how to check and reproduce it."""
+    per_badge = [results.redact_text("    " + shlex.join(["python", *badge_command(golden.badges[n], product)[1:]]))
+                 for n in product["badges"]]
+    subject = next(golden.badges[n].subject for n in product["badges"])
+    if subject == "connector":
+        caps = product["connector"]["capabilities"]
+        what = f"the vLLM connector {_target(product)}, declared {', '.join(caps) if caps else 'with no capabilities'}"
+    else:
+        what = f"the store {_target(product)}"
+    verdict = "ELIGIBLE" if not problems else "NOT ELIGIBLE (" + "; ".join(problems) + ")"
+    return README.format(
+        name=product["name"], version=product["version"], vendor=product["vendor"], suite=__version__,
+        commit=env.get("kvconform_commit"), command=COMMAND, badges=", ".join(product["badges"]),
+        verdict=verdict, subject=what, identity=describe_identity(identity), noun=subject,
+        target=_target(product), per_badge="\n".join(per_badge))
+
+
+def describe_identity(identity: Any) -> str:
+    if not isinstance(identity, dict):
+        return "not recorded"
+    if identity.get("distribution"):
+        return (f"{identity['distribution']} {identity.get('version')} (module {identity.get('module')}, "
+                f"RECORD sha256 {identity.get('record_sha256')})")
+    if identity.get("git_commit"):
+        return (f"{identity.get('source_tree')}/ at git commit {identity['git_commit']}"
+                f"{' with uncommitted changes' if identity.get('dirty') else ''} (tree sha256 {identity.get('tree_sha256')})")
+    return "; ".join(identity.get("problems") or ["unknown"])
+
+
+def bundle_identity(bundle: Path, product: Mapping[str, Any], golden: Golden) -> Any:
+    """The tested code's identity as the first badge's results record it."""
+    first = product["badges"][0]
+    doc = read_results(bundle, first) or {}
+    return (doc.get(golden.badges[first].subject) or {}).get("identity")
+
+
+def _target(product: Mapping[str, Any]) -> str:
+    return product["store"] if "store" in product else product["connector"]["name"]
+
+
 def _write_bundle(out: Path, product_path: Path, product: dict[str, Any], golden: Golden,
-                  problems: list[str], per_badge: list[str], argv: list[str]) -> None:
+                  problems: list[str]) -> None:
     shutil.copyfile(product_path, out / "PRODUCT.yaml")
     shutil.copyfile(SHIPPED_GOLDEN, out / "golden.yaml")
     env = environment_fingerprint()
     (out / "environment.json").write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
-    command = shlex.join(["kvconform", *argv[1:]]) if argv else "kvconform certify"
-    (out / "command.txt").write_text(command + "\n")
-    docs: list[ResultsDocument] = [json.loads((out / results_name(n)).read_text()) for n in product["badges"]
-            if (out / results_name(n)).exists()]
-    cells: list[Any] = [{**d, "cell": {"id": f"{product['name']} [{n}]", "store": product["name"], "target": product["connector"],
-                            "tier": f"certify:{n}", "command": c.strip(), "wall_s": None}}
-             for d, n, c in zip(docs, product["badges"], per_badge)]
-    (out / "report.md").write_text(report.markdown(report.matrix_document(cells)))
-    verdict = "ELIGIBLE" if not problems else "NOT ELIGIBLE (" + "; ".join(problems) + ")"
-    (out / "README.md").write_text(README.format(
-        name=product["name"], version=product["version"], vendor=product["vendor"], suite=__version__,
-        commit=env["kvconform_commit"], command=command, badges=", ".join(product["badges"]),
-        verdict=verdict, connector=product["connector"], per_badge="\n".join(per_badge)))
+    (out / "command.txt").write_text(COMMAND + "\n")
+    (out / "report.md").write_text(render_report(out, product, golden))
+    (out / "README.md").write_text(render_readme(product, golden, env, bundle_identity(out, product, golden), problems))
     write_manifest(out)

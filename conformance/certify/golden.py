@@ -15,12 +15,19 @@ from typing import Any, Mapping
 import yaml
 
 from conformance.contract.spec import KV_CACHE_DTYPES
+from conformance.plugin.options import LEVELS
 from conformance.verdict.clauses import CLAUSES
 
-GOLDEN_SCHEMA = "kvconform.golden/2"
+GOLDEN_SCHEMA = "kvconform.golden/3"
 SHIPPED_GOLDEN = Path(str(files("conformance.certify") / "required-tests.yaml"))
-PRODUCT_REQUIRED = ("vendor", "name", "version", "connector", "contact_email", "badges")
-PRODUCT_OPTIONAL = ("description", "website_url", "repo_url", "documentation_url")
+PRODUCT_REQUIRED = ("vendor", "name", "version", "contact_email", "badges")
+# What is certified: a store (``store: module:factory``) or a vLLM connector (``connector:``, its
+# registry name or ``module:Class``, or a mapping with its extra config and declared capabilities).
+SUBJECTS = ("store", "connector")
+PRODUCT_OPTIONAL = ("description", "website_url", "repo_url", "documentation_url", "model", "distribution",
+                    *SUBJECTS)
+CONNECTOR_KEYS = ("name", "extra_config", "capabilities", "role")
+DEFAULT_MODEL = "qwen3-tiny"
 
 
 class GoldenError(ValueError):
@@ -30,9 +37,15 @@ class GoldenError(ValueError):
 @dataclass(frozen=True)
 class Badge:
     name: str
+    subject: str  # what it certifies: a store or a connector
     description: str
     kv_cache_dtypes: tuple[str, ...] | None
     required: tuple[str, ...]
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The levels its required tests run at, in the suite's order."""
+        return tuple(level for level in LEVELS if any(t.startswith(f"{level}:") for t in self.required))
 
 
 @dataclass(frozen=True)
@@ -72,8 +85,9 @@ def load_golden(path: Path = SHIPPED_GOLDEN) -> Golden:
     badges = {}
     for name, spec in (data["badges"] or {}).items():
         where = f"badges.{name}"
-        _need(isinstance(spec, dict) and set(spec) == {"description", "kv_cache_dtypes", "required"},
-              path, where, "exactly the keys description, kv_cache_dtypes, required")
+        _need(isinstance(spec, dict) and set(spec) == {"subject", "description", "kv_cache_dtypes", "required"},
+              path, where, "exactly the keys subject, description, kv_cache_dtypes, required")
+        _need(spec["subject"] in SUBJECTS, path, f"{where}.subject", f"one of {list(SUBJECTS)}")
         dtypes = spec["kv_cache_dtypes"]
         _need(dtypes is None or (isinstance(dtypes, list) and set(dtypes) <= set(KV_CACHE_DTYPES)), path,
               f"{where}.kv_cache_dtypes", f"null or a list from {list(KV_CACHE_DTYPES)}")
@@ -82,13 +96,18 @@ def load_golden(path: Path = SHIPPED_GOLDEN) -> Golden:
         for i, tid in enumerate(required):
             _need(tid in known_test_ids(), path, f"{where}.required[{i}]",
                   f"a test id of this suite (level:clause), got {tid!r}")
-        badges[name] = Badge(name, spec["description"], tuple(dtypes) if dtypes else None, tuple(required))
+        _need(all(tid.startswith("store:") == (spec["subject"] == "store") for tid in required), path,
+              f"{where}.required", f"tests of the {spec['subject']} subject's levels only")
+        badges[name] = Badge(name, spec["subject"], spec["description"], tuple(dtypes) if dtypes else None,
+                             tuple(required))
     _need(bool(badges), path, "badges", "at least one badge")
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     return Golden(str(data["suite_version"]), badges, digest)
 
 
 def load_product(path: Path, golden: Golden) -> dict[str, Any]:
+    """PRODUCT.yaml, validated against ``golden``, with ``connector`` normalised to a mapping of
+    CONNECTOR_KEYS and ``model`` defaulted."""
     data = _read_yaml(path)
     _need(isinstance(data, dict), path, "(top level)", f"a mapping with keys {list(PRODUCT_REQUIRED)}")
     for key in PRODUCT_REQUIRED:
@@ -99,6 +118,40 @@ def load_product(path: Path, golden: Golden) -> dict[str, Any]:
     for i, name in enumerate(data["badges"]):
         _need(name in golden.badges, path, f"badges[{i}]", f"one of {list(golden.badges)}, got {name!r}")
     _need("@" in str(data["contact_email"]), path, "contact_email", "an e-mail address")
+    subjects = {golden.badges[name].subject for name in data["badges"]}
+    _need(len(subjects) == 1, path, "badges", "badges of one subject (a store's or a connector's), not both")
+    (subject,) = subjects
+    other = "connector" if subject == "store" else "store"
+    hint = (" (`connector:` names a vLLM connector; a store's module:factory goes under `store:`)"
+            if subject == "store" and isinstance(data.get("connector"), str) else "")
+    _need(data.get(subject), path, subject, f"the {subject} under test: badge {data['badges'][0]} certifies a "
+                                            f"{subject}{hint}")
+    _need(other not in data, path, other, f"nothing: the badges claimed certify a {subject}")
+    if subject == "store":
+        _need(isinstance(data["store"], str) and ":" in data["store"], path, "store", "'module:factory'")
+    else:
+        data["connector"] = _connector(path, data["connector"])
+    data.setdefault("model", DEFAULT_MODEL)
+    _need(isinstance(data["model"], str), path, "model", "a model shipped with kvconform, or a model directory")
     return data
 
 
+def _connector(path: Path, value: Any) -> dict[str, Any]:
+    spec = {"name": value} if isinstance(value, str) else value
+    _need(isinstance(spec, dict) and isinstance(spec.get("name"), str) and spec["name"], path, "connector",
+          "a registry name or 'module:Class', or a mapping with name and optionally extra_config, capabilities, role")
+    unknown = sorted(set(spec) - set(CONNECTOR_KEYS))
+    _need(not unknown, path, f"connector.{unknown[0]}" if unknown else "connector", f"one of {list(CONNECTOR_KEYS)}")
+    extra = spec.get("extra_config") or {}
+    _need(isinstance(extra, dict), path, "connector.extra_config", "a mapping (kv_connector_extra_config)")
+    caps = spec.get("capabilities") or []
+    _need(isinstance(caps, list) and all(isinstance(c, str) for c in caps), path, "connector.capabilities",
+          "a list such as [persistent] or ['lossy=0.05']")
+    from conformance.levels.subject import parse_capabilities
+
+    try:
+        parse_capabilities(",".join(caps))
+    except ValueError as exc:
+        raise GoldenError(f"{path}: connector.capabilities: {exc}") from None
+    return {"name": spec["name"], "extra_config": extra, "capabilities": sorted(caps),
+            "role": spec.get("role") or "kv_both"}

@@ -189,6 +189,7 @@ class Recorder:
     def _write(self, path: Path) -> None:
         from hypothesis import settings
 
+        from conformance.util.identity import identify
         from conformance.verdict import results
 
         state = session_state(self.config)
@@ -198,6 +199,7 @@ class Recorder:
         connector = None
         if state.connector_spec:
             connector = {"spec": state.connector_spec, "role": opt(options.ROLE),
+                         "identity": _connector_identity(state.connector_spec),
                          "capabilities": sorted(state.connector.capabilities) if state.connector else [],
                          "lossy_tolerance": state.connector.lossy_tolerance if state.connector else None,
                          "extra_config": json.loads(opt(options.EXTRA_CONFIG) or "{}"),
@@ -208,6 +210,7 @@ class Recorder:
         results.write(path, results.build(
             store={"spec": state.store_spec, "target": choice.target if choice else None,
                    "version": choice.distribution_version if choice else None,
+                   "identity": identify(choice.target.split(":", 1)[0]) if choice else None,
                    "capabilities": sorted(self.capabilities)},
             connector=connector,
             profile=state.profile,
@@ -216,3 +219,18 @@ class Recorder:
                                  "derandomize": current.derandomize,
                                  "stateful_step_count": current.stateful_step_count},
             records=self.records))
+
+
+def _connector_identity(spec: str) -> dict[str, Any]:
+    """What code the connector ``spec`` is: its module's, or for a registry name the module vLLM's
+    factory imports for it (vLLM itself when vLLM is not loaded in this process: the engine level)."""
+    import sys
+
+    from conformance.util.identity import identify
+
+    module, _, name = spec.rpartition(":")
+    if not module and "vllm" in sys.modules:
+        from conformance.api_surface.runtime import registered_module
+
+        module = registered_module(name) or ""
+    return identify(module or "vllm")

@@ -26,7 +26,8 @@ class Guarded:
 
     noun = "object"
 
-    def __init__(self, target: Any, *, name: str, timeout_s: float) -> None:
+    def __init__(self, target: Any, *, name: str, timeout_s: float, noun: str | None = None) -> None:
+        self.noun = noun or self.noun
         self._target = target
         self._name = name
         self._timeout_s = timeout_s

@@ -24,7 +24,8 @@ from conformance.levels.connector.ledger import Ledger
 from conformance.levels.connector.slots import backing_bytes, copy_tokens, scatter_bytes, views_over
 from conformance.levels.subject import ConnectorChoice
 from conformance.verdict.clauses import count_load
-from conformance.verdict.guard import Guarded, HarnessError, call_within
+from conformance.verdict.forked import Outcome, call_forked, portable, type_name
+from conformance.verdict.guard import Guarded, HarnessError, StoreTimeout, call_within
 
 SAMPLED_TOKEN = 0
 # fill(backing bytes, the dtype vLLM allocated, the model dtype): writes what "the model computed".
@@ -37,8 +38,11 @@ class ConnectorRaised(Exception):
     """The connector under test raised from one of its hooks (a conformance failure)."""
 
     def __init__(self, phase: str, exc: BaseException) -> None:
-        super().__init__(f"{phase}: {type(exc).__name__}: {exc}")
+        super().__init__(f"{phase}: {type_name(exc)}: {exc}")
         self.phase, self.exc = phase, exc
+
+    def __reduce__(self) -> Any:  # pickled back from the run's process, whatever the connector raised
+        return (type(self), (self.phase, portable(self.exc)))
 
 
 class NotBuilt(ConnectorRaised):
@@ -57,6 +61,10 @@ class PhantomHit(Exception):
                          f"layout={run.layout}, block_size={run.block_size}]; whatever it loaded there is "
                          "not KV any engine computed")
         self.run = run
+        self.label = label
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.label, self.run))
 
 
 class LayoutRefused(ConnectorRaised):
@@ -114,6 +122,7 @@ class ConnectorHarness:
     extra_config: Mapping[str, Any] = field(default_factory=dict)  # what the suite started (servers)
     lose_remote: Callable[[], str] | None = None  # loses a server's content; says how
     _used: set[str] = field(default_factory=set)  # storages a run has used (a first run is cold)
+    _hung: Outcome | None = None  # the hang that ended the connector: every later run is an Error at once
 
     def damage(self, storage: str, how: str = "flip_middle") -> str:
         """Corrupt what a store run left in ``storage`` (``flip_middle``: one byte flipped mid-file,
@@ -150,10 +159,32 @@ class ConnectorHarness:
         (as vLLM reuses freed blocks), so a later phase can only get earlier KV back through the
         connector, within the same connector pair (a cache that lives inside its engine).
         ``scheduling`` overrides vLLM's scheduler knobs (a small token budget: chunked prefill);
-        ``num_blocks`` shrinks the cache (too few blocks: preemptions)."""
-        era = self.era
+        ``num_blocks`` shrinks the cache (too few blocks: preemptions).
+
+        The lifetime runs in a child process of its own, as an engine would: a connector that kills
+        its process is an Error of this run, and one that hangs is an Error of every later run at
+        once (no second wait for a connector that stopped answering)."""
         cold = storage not in self._used
         self._used.add(storage)
+        if self._hung is not None:
+            outcome = Outcome(exc=StoreTimeout(f"{self._hung.exc} [an earlier run hung: not attempted again]"))
+        else:
+            outcome = call_forked(self._lifetime, kv_cache_dtype, layout, block_size, phases, storage, scheduling,
+                                  num_blocks, cold, name=f"{self.connector.label} (an engine's lifetime)",
+                                  deadline_s=self.timeout_s * (2 * len(phases) + 3) + 30,
+                                  log=self.workdir / "lifetime.log")
+            if isinstance(outcome.exc, StoreTimeout):
+                self._hung = outcome
+        runs: list[Run] = outcome.unwrap()
+        for number, run in enumerate(runs):
+            if number or not cold:
+                count_load(sum(run.external_tokens.values()))
+        return runs
+
+    def _lifetime(self, kv_cache_dtype: str, layout: str, block_size: int, phases: Sequence[Phase], storage: str,
+                  scheduling: Mapping[str, int] | None, num_blocks: int | None, cold: bool) -> list[Run]:
+        """``lifetime`` in this process (the child)."""
+        era = self.era
         transfer = self.connector.transfer_config(dict(self.extra_config), str(self.workdir / storage))
         config = self._setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(self.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
@@ -195,8 +226,6 @@ class ConnectorHarness:
                     run.caches = views_over(caches, backing_bytes(caches).clone())
                 if cold and not runs and any(run.external_tokens.values()):
                     raise PhantomHit(self.connector.label, run)
-                if runs or not cold:
-                    count_load(sum(run.external_tokens.values()))
                 runs.append(run)
         except BaseException:
             self._shutdown(worker, scheduler, quiet=True)
@@ -293,7 +322,7 @@ class ConnectorHarness:
                         [(run.blocks[rid][k], o) for k, o in moved])
 
     def _guarded(self, target: Any, name: str) -> Guarded:
-        return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s)
+        return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s, noun="connector")
 
     def _build(self, name: str, factory: Callable[..., Any], *args: Any) -> Guarded:
         """``factory(*args)`` as a setup hook, under the timeout (a constructor that waits forever is an

@@ -1,0 +1,220 @@
+"""The process-level watchdog: one call made in a forked child the caller supervises.
+
+A connector's hooks run native code (torch ops, a vendor's transfer library, LMCache's C
+extension); one that segfaults, calls ``os._exit`` or is taken by the OOM killer would end the
+pytest process itself, and with it every later verdict and the results file. Made here, such a
+death is an *Error* for the call that was running, with the exit status and the tail of what
+the child printed, and the run goes on. A child that outlives its deadline is killed with its
+whole process group (the thread watchdog in ``guard`` cannot stop a call that holds the GIL).
+
+The child is forked, so it starts from the caller's state (vLLM and torch imported, servers
+started) and changes none of it: what the call returns, or raises, is pickled back.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from conformance.verdict.guard import HarnessError, StoreTimeout
+
+LOG_TAIL_LINES = 30
+_CHILD_FAILED = 70  # the child could not report its outcome (EX_SOFTWARE)
+
+
+class ChildDied(HarnessError):
+    """The child died before it reported an outcome: no verdict could be reached."""
+
+
+class ChildHung(StoreTimeout):
+    """The child outlived its deadline and was killed."""
+
+
+class Foreign(Exception):
+    """An exception raised in the child that cannot be pickled back: its type name and words."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.type_name, str(self)))
+
+
+def type_name(exc: BaseException) -> str:
+    """``exc``'s type name, as raised in the child (a Foreign keeps the original's)."""
+    return exc.type_name if isinstance(exc, Foreign) else type(exc).__name__
+
+
+def portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives a pickle round trip, else a Foreign with its type name and words."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return Foreign(type(exc).__name__, str(exc))
+
+
+@dataclass
+class Outcome:
+    """What a supervised call ended in; ``unwrap`` is the one place its exception is raised (so a
+    property-based test that replays it sees the same failure every time)."""
+
+    value: Any = None
+    exc: BaseException | None = None
+
+    def unwrap(self) -> Any:
+        if self.exc is not None:
+            raise self.exc
+        return self.value
+
+
+def call_forked(call: Callable[..., Any], *args: Any, name: str, deadline_s: float, log: Path) -> Outcome:
+    """``call(*args)`` in a forked child, its output in ``log`` (echoed to this process's stderr
+    once it ends, where pytest captures it). Never raises for the child's sake: a death is a
+    ChildDied outcome, a child past ``deadline_s`` a ChildHung one."""
+    result = log.with_name(log.name + ".result")
+    result.unlink(missing_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child (coverage cannot follow it)
+        _child(call, args, log, result)
+    try:
+        status = _wait(pid, deadline_s)
+    except BaseException:  # interrupted: the child goes too
+        _kill_group(pid)
+        raise
+    _kill_group(pid)  # whatever the call left running (a helper process) ends with it
+    printed = log.read_text(errors="replace") if log.exists() else ""
+    if printed:
+        sys.stderr.write(printed)
+    if status is None:
+        return Outcome(exc=ChildHung(f"{name}: still running after {deadline_s:g}s, so its process was killed "
+                                     f"(raise --kv-timeout if it is merely slow){_tail(printed)}"))
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and result.exists():
+        kind, payload, child_traceback = _load(result)
+        result.unlink()
+        if kind == "raised":
+            if child_traceback and hasattr(payload, "add_note"):
+                payload.add_note(f"raised in the supervised child process:\n{child_traceback}")
+            return Outcome(exc=payload)
+        return Outcome(value=payload)
+    return Outcome(exc=ChildDied(f"{name}: its process {describe_status(status)} before it returned: a crash "
+                                 f"(a native library's segfault, os._exit, the OOM killer), not a verdict"
+                                 f"{_tail(printed)}"))
+
+
+def describe_status(status: int) -> str:
+    """A wait status in words: 'was killed by SIGSEGV (signal 11)', 'exited with status 139'."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            label = signal.Signals(sig).name
+        except ValueError:
+            label = "an unknown signal"
+        oom = " (the OOM killer sends SIGKILL)" if sig == signal.SIGKILL else ""
+        return f"was killed by {label} (signal {sig}){oom}"
+    return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+def _tail(printed: str) -> str:
+    lines = [line for line in printed.splitlines() if line.strip()][-LOG_TAIL_LINES:]
+    return ("; its last lines:\n" + "\n".join(lines)) if lines else "; it printed nothing"
+
+
+def _wait(pid: int, deadline_s: float) -> int | None:
+    """The child's wait status, or None once ``deadline_s`` passed (the child is then killed)."""
+    deadline = time.monotonic() + deadline_s
+    pause = 0.001
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            _kill_group(pid)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _save(outcome: Any, path: Path) -> None:
+    """Pickle ``outcome`` to ``path``; with torch's pickler once torch is loaded, which keeps tensors
+    that share one allocation (every layer's view of vLLM's KV buffer) sharing it."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].save(outcome, path)
+    else:
+        path.write_bytes(pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _load(path: Path) -> Any:
+    data = path.read_bytes()
+    if data[:2] == b"PK":  # torch.save's zip archive
+        import torch
+
+        return torch.load(path, weights_only=False)
+    return pickle.loads(data)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _child(call: Callable[..., Any], args: tuple, log: Path, result: Path) -> None:  # pragma: no cover
+    code = _CHILD_FAILED
+    try:
+        os.setpgid(0, 0)  # its own group: a hang is killed with everything it started
+        _print_to(log)
+        _single_threaded()
+        try:
+            outcome: tuple[str, Any, str] = ("returned", call(*args), "")
+        except BaseException as exc:
+            outcome = ("raised", portable(exc), "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        partial = result.with_name(result.name + ".partial")
+        _save(outcome, partial)
+        os.replace(partial, result)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _print_to(log: Path) -> None:
+    """Everything the child prints (file descriptors, sys.stdout/stderr, logging's stream
+    handlers) goes to ``log``: pytest's capture belongs to the parent."""
+    old = (sys.stdout, sys.stderr)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    stream = open(2, "w", buffering=1, closefd=False, errors="replace")
+    sys.stdout = sys.stderr = stream
+    for logger in [logging.getLogger(), *map(logging.getLogger, list(logging.root.manager.loggerDict))]:
+        for handler in getattr(logger, "handlers", []):
+            if isinstance(handler, logging.StreamHandler) and handler.stream in old:
+                handler.setStream(stream)
+    if faulthandler.is_enabled():  # a segfault's Python traceback lands in the log's tail
+        faulthandler.enable(file=stream)
+
+
+def _single_threaded() -> None:
+    """A forked child must not use the OpenMP thread pool its parent started (libgomp's pool does
+    not survive fork: the child's first parallel op hangs): torch runs on one thread there."""
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
