@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from conformance.verdict.guard import HarnessError, StoreTimeout
 
-LOG_TAIL_LINES = 30
+LOG_TAIL_LINES = 15
+FAULT_LINES = 8  # of faulthandler's report of a fatal signal
 _CHILD_FAILED = 70  # the child could not report its outcome (EX_SOFTWARE)
 
 
@@ -128,7 +129,12 @@ def describe_status(status: int) -> str:
 
 
 def _tail(printed: str) -> str:
-    lines = [line for line in printed.splitlines() if line.strip()][-LOG_TAIL_LINES:]
+    """The last lines the child printed; for a fatal signal, the last lines before faulthandler's
+    report and that report's first frames (the innermost: where it died)."""
+    before, marker, report = printed.partition("Fatal Python error")
+    lines = [line for line in before.splitlines() if line.strip()][-LOG_TAIL_LINES:]
+    if marker:
+        lines += (marker + report).splitlines()[:FAULT_LINES]
     return ("; its last lines:\n" + "\n".join(lines)) if lines else "; it printed nothing"
 
 

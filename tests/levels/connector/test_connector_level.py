@@ -207,3 +207,30 @@ def test_unknown_connector_is_one_clear_line(run_suite, connector, says):
     run = api_suite(run_suite, connector)
     assert run.returncode == 4, run.output[-2000:]
     assert says in run.output, run.output[-2000:]
+
+
+def test_a_connector_that_kills_its_process_is_an_error_and_the_run_goes_on(run_suite):
+    """A load hook that dies as a segfaulting native library does (os._exit(139)) ends its engine's
+    lifetime, not the suite: an Error naming the exit status for each clause that loads, a verdict
+    for every other clause, and the results file."""
+    run = api_suite(run_suite, ZOO + "crashing:CrashingConnector", "--kv-cache-dtypes=auto")
+    statuses = run.statuses()
+    assert set(statuses) == API_CLAUSES, run.output[-3000:]
+    errors = [t for t in run.results["tests"] if t["status"] == "Error"]
+    assert {t["clause"] for t in errors} >= {"api_save_load_roundtrip", "api_same_engine_roundtrip"}, statuses
+    for test in errors:
+        assert "its process exited with status 139 before it returned" in test["message"], test["message"]
+    assert statuses["api_requirements"] == "Pass", statuses
+
+
+def test_a_hanging_connector_is_an_error_once_then_at_once(run_suite):
+    """The first run that loads waits --kv-timeout and is an Error; every later run is an Error at
+    once (no second wait), so one hanging connector costs one timeout, not one per clause."""
+    timeout = 10
+    run = api_suite(run_suite, ZOO + "hanging:HangingConnector", f"--kv-timeout={timeout}")
+    tests = run.results["tests"]
+    hung = [t for t in tests if "hung in run_worker_step() after 10s" in (t["message"] or "")]
+    assert hung and all(t["status"] == "Error" for t in hung), run.output[-3000:]
+    waited = [t for t in tests if t["duration_s"] >= timeout]
+    assert len(waited) == 1 and "not attempted again" not in waited[0]["message"], tests
+    assert all("not attempted again" in t["message"] for t in hung if t is not waited[0])
