@@ -25,6 +25,7 @@ from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES, disabled_reason
 
 MANIFEST = "MANIFEST.json"
+SIGNATURE = MANIFEST + ".sig"  # its detached OpenSSH signature: not listed in it
 CERTIFY_PROFILE = "certify"  # the Hypothesis profile: derandomized, recorded
 
 
@@ -223,7 +224,7 @@ def sha256_file(path: Path) -> str:
 
 
 def write_manifest(bundle: Path) -> None:
-    files = sorted(p for p in bundle.rglob("*") if p.is_file() and p.name != MANIFEST)
+    files = sorted(p for p in bundle.rglob("*") if p.is_file() and p.name not in (MANIFEST, SIGNATURE))
     manifest = {"kvconform": __version__, "files": {str(p.relative_to(bundle)): sha256_file(p) for p in files}}
     (bundle / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 

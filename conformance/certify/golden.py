@@ -110,6 +110,7 @@ def load_product(path: Path, golden: Golden) -> dict[str, Any]:
     CONNECTOR_KEYS and ``model`` defaulted."""
     data = _read_yaml(path)
     _need(isinstance(data, dict), path, "(top level)", f"a mapping with keys {list(PRODUCT_REQUIRED)}")
+    data = {k: v for k, v in data.items() if v is not None}  # a key left empty is a key not given
     for key in PRODUCT_REQUIRED:
         _need(key in data and data[key] not in (None, "", []), path, key, "a value (required)")
     unknown = sorted(set(data) - set(PRODUCT_REQUIRED) - set(PRODUCT_OPTIONAL))

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from conformance import __version__
 from conformance.certify.bundle import (
     MANIFEST,
+    SIGNATURE,
     badge_problems,
     bundle_identity,
     read_results,
@@ -35,7 +36,6 @@ from conformance.certify.bundle import (
 from conformance.certify.golden import SHIPPED_GOLDEN, Golden, GoldenError, load_golden, load_product
 from conformance.verdict.status import Status
 
-SIGNATURE = MANIFEST + ".sig"
 SIGNATURE_NAMESPACE = "kvconform-certification"
 
 
