@@ -1,0 +1,86 @@
+"""Certification of a vLLM connector: a vendor's connector from its committed source tree earns
+connector-core with the capabilities it declares, its bundle verifies and reruns to the same
+verdicts; what the connector does not declare is stated, never silently skipped."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conformance.certify.bundle import badge_problems
+from conformance.certify.golden import load_golden
+from conformance.certify.verify import verify
+
+from tests.conftest import REPO
+
+PRODUCT = {"vendor": "Acme", "name": "acme in-engine cache", "version": "0.1.0", "contact_email": "m@example.invalid",
+           "badges": ["connector-core"], "connector": {"name": "acme_kv.connector:AcmeConnector"}}
+
+
+@pytest.fixture(scope="module")
+def connector_tree(tmp_path_factory):
+    """A vendor's committed source tree whose connector is the zoo's known-good in-engine cache."""
+    tree = tmp_path_factory.mktemp("acme")
+    (tree / "acme_kv").mkdir()
+    (tree / "acme_kv" / "__init__.py").write_text("")
+    (tree / "acme_kv" / "connector.py").write_text(
+        "from conformance.zoo.good.in_engine import InEngineConnector\n\n\n"
+        "class AcmeConnector(InEngineConnector):\n    pass\n")
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=acme", "-c", "user.email=m@example.invalid",
+                                               "commit", "-qm", "acme_kv 0.1.0"]):
+        subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True)
+    return tree
+
+
+@pytest.mark.engine
+def test_a_connector_is_certified_as_declared_and_its_bundle_reruns(tmp_path_factory, connector_tree):
+    tmp = tmp_path_factory.mktemp("cert")
+    (tmp / "PRODUCT.yaml").write_text(yaml.safe_dump(PRODUCT))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(connector_tree), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--product", str(tmp / "PRODUCT.yaml"),
+                           "--out", str(tmp / "bundle")], capture_output=True, text=True, cwd=REPO, env=env,
+                          timeout=1200)
+    assert proc.returncode == 0 and "ELIGIBLE" in proc.stdout, proc.stdout + proc.stderr
+    bundle = tmp / "bundle"
+    doc = json.loads((bundle / "results-connector-core.json").read_text())
+    assert doc["connector"]["identity"]["git_commit"] and doc["connector"]["identity"]["problems"] == []
+    assert doc["summary"]["Pass"] >= 7 and doc["summary"]["Disabled"] == 8  # the cross-engine clauses
+    assert "declared with no capabilities" in (bundle / "README.md").read_text()
+    assert verify(bundle) == []
+    rerun = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", "--rerun", str(bundle)],
+                           capture_output=True, text=True, cwd=REPO, env=env, timeout=1200)
+    assert rerun.returncode == 0 and "kvconform verify: OK" in rerun.stdout, rerun.stdout + rerun.stderr
+    with open(connector_tree / "acme_kv" / "connector.py", "a") as edit:
+        edit.write("# edited after certification\n")
+    try:
+        edited = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", "--rerun", str(bundle)],
+                                capture_output=True, text=True, cwd=REPO, env=env, timeout=1200)
+    finally:
+        subprocess.run(["git", "checkout", "--", "."], cwd=connector_tree, check=True)
+    assert edited.returncode == 1 and "the code tested here is not the bundle's" in edited.stdout, edited.stdout
+
+
+def _doc(statuses: dict[str, str], capabilities: list[str]) -> dict:
+    return {"tests": [{"nodeid": f"t::{c}", "clause": c, "status": s, "message": ""} for c, s in statuses.items()],
+            "connector": {"capabilities": capabilities}}
+
+
+def test_a_clause_outside_the_declaration_is_not_required_and_one_inside_is():
+    badge = load_golden().badges["connector-core"]
+    statuses = {t.partition(":")[2]: "Pass" for t in badge.required}
+    statuses["api_save_load_roundtrip"] = "Disabled"  # needs persistent
+    product = {**PRODUCT, "model": "qwen3-tiny",
+               "connector": {"name": "X", "extra_config": {}, "capabilities": [], "role": "kv_both"}}
+    required = [p for p in badge_problems(badge, _doc(statuses, []), product) if "required test" in p]
+    assert required == []
+    product["connector"]["capabilities"] = ["persistent"]
+    required = [p for p in badge_problems(badge, _doc(statuses, ["persistent"]), product) if "required test" in p]
+    assert required == ["badge connector-core: required test connector:api_save_load_roundtrip is Disabled"]
+    statuses["api_abort"] = "Not exercised"
+    required = [p for p in badge_problems(badge, _doc(statuses, ["persistent"]), product) if "required test" in p]
+    assert "badge connector-core: required test connector:api_abort is Not exercised" in required
