@@ -47,6 +47,25 @@ def main(argv: list[str] | None = None) -> int:
     dif.add_argument("--format", choices=["markdown", "json"], default="markdown",
                      help="markdown (a job summary) or json")
 
+    gate = sub.add_parser("gate", help="the PR gate: the suite over a change's base and head checkouts, then diff "
+                                       "(exit 1 on a regression or lost coverage, 2 when a side cannot run or be read)")
+    gate.add_argument("--base", type=Path, required=True, help="a checkout of the change's base")
+    gate.add_argument("--head", type=Path, required=True, help="a checkout of the change's head")
+    gate.add_argument("--out", type=Path, default=Path("kvconform-gate"), help="results: OUT/base, OUT/head")
+    what = gate.add_mutually_exclusive_group(required=True)
+    what.add_argument("--connector", help="registry name or module:Class (imported from each checkout)")
+    what.add_argument("--store", help="module:factory (imported from each checkout)")
+    gate.add_argument("--extra-config", default="", metavar="JSON", help="the connector's kv_connector_extra_config")
+    gate.add_argument("--capabilities", default="", help="what the connector declares: persistent, lossy=TOL")
+    gate.add_argument("--level", choices=["store", "connector", "engine"], default=None,
+                      help="default: store for a store, connector for a connector")
+    gate.add_argument("--kv-cache-dtypes", default="", metavar="LIST", help="default: every string vLLM knows")
+    gate.add_argument("--profile", default="ci", choices=["dev", "ci", "deep", "certify"])
+    gate.add_argument("--suite-arg", action="append", default=[], metavar="ARG",
+                      help="one more token of the suite's pytest command line (repeatable), e.g. --suite-arg=-kroundtrip")
+    gate.add_argument("--summary", type=Path, default=None, help="append the markdown table here ($GITHUB_STEP_SUMMARY)")
+    gate.add_argument("--allow-lost", action="store_true", help="report lost coverage without failing on it")
+
     cert = sub.add_parser("certify", help="run a product's claimed badges and write a bundle")
     cert.add_argument("--product", type=Path, required=True, help="PRODUCT.yaml")
     cert.add_argument("--out", type=Path, required=True, help="a new, empty directory for the bundle")
@@ -76,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="check against this fingerprint (repeatable); default: the installed vLLM, by import")
 
     args = parser.parse_args(argv)
-    commands = {"run": _run, "report": _report, "clauses": _clauses, "certify": _certify, "verify": _verify,
+    commands = {"run": _run, "report": _report, "clauses": _clauses, "gate": _gate, "certify": _certify, "verify": _verify,
                 "diff": _diff, "api-fingerprint": _api_fingerprint, "api-diff": _api_diff,
                 "api-requirements": _api_requirements}
     try:
@@ -167,6 +186,22 @@ def _diff(args: argparse.Namespace) -> int:
     render = diff.as_json if args.format == "json" else diff.markdown
     print(render(result, args.allow_lost), end="")
     return 1 if result.failed(args.allow_lost) else 0
+
+
+def _gate(args: argparse.Namespace) -> int:
+    from conformance.matrix.gate import gate_cell, run_gate
+
+    if args.store:
+        subject = [f"--kv-store={args.store}"]
+    else:
+        subject = [f"--kv-connector={args.connector}"]
+        subject += [f"--kv-connector-extra-config={args.extra_config}"] if args.extra_config else []
+        subject += [f"--kv-connector-capabilities={args.capabilities}"] if args.capabilities else []
+    subject += [f"--kv-cache-dtypes={args.kv_cache_dtypes}"] if args.kv_cache_dtypes else []
+    subject += args.suite_arg  # each one token of the suite's command line
+    level = args.level or ("store" if args.store else "connector")
+    cell = gate_cell(args.store or args.connector, subject, level, args.profile)
+    return run_gate(args.base, args.head, args.out, cell, allow_lost=args.allow_lost, summary=args.summary)
 
 
 def _certify(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from conformance import __version__
 from conformance.matrix.definition import Cell
@@ -61,8 +61,10 @@ def suite_command(args: Sequence[str], profile: str, out: Path, junit: Path,
     return cmd
 
 
-def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -> ResultsDocument:
-    """Run one cell (in its stack's Python, provisioned by ``stacks``); always returns and writes its results."""
+def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
+             env: Mapping[str, str] | None = None) -> ResultsDocument:
+    """Run one cell (in its stack's Python, provisioned by ``stacks``; ``env`` added to its environment);
+    always returns and writes its results."""
     out = result_path(results_dir, cell)
     junit = out.with_suffix(".junit.xml")
     log = out.with_suffix(".log")
@@ -79,8 +81,9 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -
     args = (*cell.args, *([f"--kv-engine-baselines={baselines_dir(results_dir)}"] if cell.level == "engine" else []))
     cmd = suite_command(args, cell.tier.profile, out, junit, python=python)
     if failed is None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {})}
-        output, problem = _run_pytest(cmd, out, log, cell.tier.timeout_s, env)
+        run_env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {}),
+                   **(env or {})}
+        output, problem = _run_pytest(cmd, out, log, cell.tier.timeout_s, run_env)
         for written in (log, junit):  # pytest's own files carry what a connector or store printed
             if written.exists():
                 written.write_text(results.redact_text(written.read_text(errors="replace")))
@@ -90,7 +93,8 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None) -
         log.write_text(output)
     doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
     shown = "python" if python == sys.executable else os.path.relpath(python)
-    command = " ".join([shown, *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml")
+    command = (" ".join([shown, *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml")
+               .replace(str(Path.cwd()) + os.sep, ""))  # a repro command is relative to the checkout
     doc["cell"] = _cell_record(cell, stack, results.redact_text(command), time.monotonic() - started)
     apply_expectations(doc, cell)
     results.write(out, doc)
