@@ -285,7 +285,11 @@ def certify(product_path: Path, out: Path, *, say: Callable[[str], None] = print
         junit = out / f"junit-{name}.xml"
         if junit.exists():
             junit.write_text(results.redact_text(junit.read_text(errors="replace")))
-        problems += badge_problems(badge, read_results(out, name), product)
+        doc = read_results(out, name)
+        problems += badge_problems(badge, doc, product)
+        if doc is None:  # the reason is in the log: say it here, not only there
+            tail = [line for line in log.read_text().splitlines() if line.strip()][-3:]
+            problems.append(f"badge {name}: the suite exited {proc.returncode} without results: " + " | ".join(tail))
     _write_bundle(out, product_path, product, golden, problems)
     for problem in problems:
         say(f"NOT ELIGIBLE: {problem}")

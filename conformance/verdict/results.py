@@ -3,14 +3,16 @@
 Schema ``kvconform.results/1``::
 
     {"schema": "kvconform.results/1", "suite_version": str, "created": ISO-8601,
-     "store": {"spec": str, "target": str, "version": str, "capabilities": [str]},
-     "connector": {"spec", "role", "extra_config", "kv_cache_dtype", "model", "block_size",
-                   "engine_timings"} | null,
+     "store": {"spec": str, "target": str, "version": str, "capabilities": [str], "identity": {...}},
+     "connector": {"spec", "role", "identity", "capabilities", "extra_config", "kv_cache_dtype", "model",
+                   "block_size", "engine_timings"} | null,
      "profile": str, "kv_cache_dtypes": [str] | null, "hypothesis_settings": {...},
      "environment": {"python": str, "platform": str, "cpu": str, "packages": {name: version}},
      "tests": [{"nodeid", "clause", "status", "duration_s", "examples", "message"}],
      "summary": {status: count}}
 
+``identity`` is what code was tested (``conformance.util.identity``): a wheel's distribution,
+version and RECORD hash, or a source tree's git commit and dirty flag.
 Secrets never reach it: ``redact`` masks passwords in URLs and values of secret-looking keys.
 """
 

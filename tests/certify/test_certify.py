@@ -257,3 +257,10 @@ def test_flipped_results_never_crash_verify(bundle, position):
     path.write_bytes(bytes(data))
     write_manifest(bundle)
     assert isinstance(verify(bundle), list)
+
+
+def test_a_run_that_writes_no_results_says_why_on_the_terminal(tmp_path):
+    proc, _ = certify(tmp_path, store="no_such_vendor_module:make_store", badges=["core"])
+    assert proc.returncode == 1
+    assert "NOT ELIGIBLE: badge core: the suite exited 4 without results" in proc.stdout, proc.stdout
+    assert "no_such_vendor_module" in proc.stdout
