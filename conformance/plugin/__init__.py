@@ -15,8 +15,9 @@ import pytest
 from conformance.plugin import options
 from conformance.plugin.options import LEVELS, LEVELS_OPTION, State, session_state
 
-# The fixtures the levels' clauses use, and how a test's outcome becomes a verdict.
-pytest_plugins = ("conformance.plugin.fixtures", "conformance.plugin.verdicts")
+# The fixtures the levels' clauses use, how a test's outcome becomes a verdict, and the child
+# process a connector-level test runs in.
+pytest_plugins = ("conformance.plugin.fixtures", "conformance.plugin.verdicts", "conformance.plugin.isolation")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

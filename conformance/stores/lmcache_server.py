@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -51,6 +52,7 @@ class LMCacheServer:
         self.proc: subprocess.Popen | None = None
         self.port = self.http_port = 0
         self.ready_s: float | None = None
+        self.owner = os.getpid()  # the process that started it
 
     def connector_config(self) -> dict[str, Any]:
         return {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": self.port, "lmcache.mp.mq_timeout": 60.0}
@@ -64,7 +66,9 @@ class LMCacheServer:
                "--l1-size-gb", str(self.l1_size_gb), "--eviction-policy", "LRU",
                "--supported-transfer-mode", "auto"]
         started = time.monotonic()
-        self.proc = procs.spawn(cmd, self.log_path, env={"HF_HUB_OFFLINE": "1"}, append=True)
+        # Ends with the process that started it: a forked child's own server (``restart``) too.
+        self.proc = procs.spawn(cmd, self.log_path, env={"HF_HUB_OFFLINE": "1"}, append=True, die_with_parent=True)
+        self.owner = os.getpid()
         while time.monotonic() - started < self.ready_timeout_s:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"LMCache server exited with {self.proc.returncode} before it was ready:\n"
@@ -101,6 +105,9 @@ class LMCacheServer:
         procs.stop(self.proc, grace_s=grace_s, first=signal.SIGINT)
 
     def restart(self) -> None:
-        """Stop and start again: everything it held is lost (the lost-storage scenario)."""
-        self.stop()
+        """Stop and start again: everything it held is lost (the lost-storage scenario). In a forked
+        child of the process that started it (a supervised connector test), the server stays its
+        starter's, for the tests after this one: the child moves to a new, empty server of its own."""
+        if self.owner == os.getpid():
+            self.stop()
         self.start()

@@ -46,6 +46,9 @@ class ClauseViolation(AssertionError):
         self.clause = clause
         self.detail = detail
 
+    def __reduce__(self) -> Any:  # pickled back from a supervised child with its clause, not re-prefixed
+        return (type(self), (self.clause, self.detail), self.__dict__)
+
 
 def assert_equal(what: str, actual: Any, expected: Any, *, clause: str | None = None, context: str = "") -> None:
     """``assert actual == expected`` with a message naming ``clause`` and ``what``."""

@@ -17,6 +17,7 @@ import faulthandler
 import logging
 import os
 import pickle
+import select
 import signal
 import sys
 import time
@@ -79,19 +80,33 @@ class Outcome:
         return self.value
 
 
-def call_forked(call: Callable[..., Any], *args: Any, name: str, deadline_s: float, log: Path) -> Outcome:
+_BEAT: list[Path] = []  # in a child: the file whose touch tells the parent it makes progress
+
+
+def beat() -> None:
+    """Tell the supervising parent, if any, that the call makes progress (a new step begins)."""
+    if _BEAT:
+        _BEAT[0].touch()
+
+
+def call_forked(call: Callable[..., Any], *args: Any, name: str, deadline_s: float | None, log: Path,
+                idle_s: float | None = None) -> Outcome:
     """``call(*args)`` in a forked child, its output in ``log`` (echoed to this process's stderr
     once it ends, where pytest captures it). Never raises for the child's sake: a death is a
-    ChildDied outcome, a child past ``deadline_s`` a ChildHung one."""
+    ChildDied outcome; a child past ``deadline_s``, or that went ``idle_s`` without a ``beat()``,
+    a ChildHung one."""
     result = log.with_name(log.name + ".result")
     result.unlink(missing_ok=True)
+    heartbeat = log.with_name(log.name + ".beat")
+    heartbeat.touch()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child (coverage cannot follow it)
+        _BEAT[:] = [heartbeat]
         _child(call, args, log, result)
     try:
-        status = _wait(pid, deadline_s)
+        status, why = _wait(pid, deadline_s, idle_s, heartbeat)
     except BaseException:  # interrupted: the child goes too
         _kill_group(pid)
         raise
@@ -100,8 +115,8 @@ def call_forked(call: Callable[..., Any], *args: Any, name: str, deadline_s: flo
     if printed:
         sys.stderr.write(printed)
     if status is None:
-        return Outcome(exc=ChildHung(f"{name}: still running after {deadline_s:g}s, so its process was killed "
-                                     f"(raise --kv-timeout if it is merely slow){_tail(printed)}"))
+        return Outcome(exc=ChildHung(f"{name}: {why}, so its process was killed (raise --kv-timeout if it is "
+                                     f"merely slow){_tail(printed)}"))
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and result.exists():
         kind, payload, child_traceback = _load(result)
         result.unlink()
@@ -138,38 +153,94 @@ def _tail(printed: str) -> str:
     return ("; its last lines:\n" + "\n".join(lines)) if lines else "; it printed nothing"
 
 
-def _wait(pid: int, deadline_s: float) -> int | None:
-    """The child's wait status, or None once ``deadline_s`` passed (the child is then killed)."""
-    deadline = time.monotonic() + deadline_s
-    pause = 0.001
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            _kill_group(pid)
-            os.waitpid(pid, 0)
-            return None
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+def _wait(pid: int, deadline_s: float | None, idle_s: float | None, heartbeat: Path) -> tuple[int | None, str]:
+    """(the child's wait status, "") or, once it outlived ``deadline_s`` or went ``idle_s`` without
+    touching ``heartbeat``, (None, why) with the child killed. Woken the moment the child exits
+    (a pidfd), not at the next poll."""
+    started = time.monotonic()
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux >= 5.3: poll
+        pidfd = None
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status, ""
+            now = time.monotonic()
+            why = ""
+            if deadline_s is not None and now - started > deadline_s:
+                why = f"still running after {deadline_s:g}s"
+            elif idle_s is not None and time.time() - heartbeat.stat().st_mtime > idle_s:
+                why = f"no progress for {idle_s:g}s"
+            if why:
+                _kill_group(pid)
+                os.waitpid(pid, 0)
+                return None, why
+            if pidfd is not None:
+                select.select([pidfd], [], [], 1.0)
+            else:
+                time.sleep(0.05)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _save(outcome: Any, path: Path) -> None:
-    """Pickle ``outcome`` to ``path``; with torch's pickler once torch is loaded, which keeps tensors
-    that share one allocation (every layer's view of vLLM's KV buffer) sharing it."""
-    if "torch" in sys.modules:
-        sys.modules["torch"].save(outcome, path)
-    else:
-        path.write_bytes(pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+    with open(path, "wb") as sink:
+        _Pickler(sink, protocol=pickle.HIGHEST_PROTOCOL).dump(outcome)
 
 
 def _load(path: Path) -> Any:
-    data = path.read_bytes()
-    if data[:2] == b"PK":  # torch.save's zip archive
-        import torch
+    return pickle.loads(path.read_bytes())
 
-        return torch.load(path, weights_only=False)
-    return pickle.loads(data)
+
+class _Pickler(pickle.Pickler):
+    """Pickles any exception, whatever its constructor takes (pytest's Skipped, a connector's own):
+    one that does not survive the plain round trip is rebuilt from its class, args and attributes
+    without calling its constructor, or, if even that cannot travel, becomes a Foreign."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if not isinstance(obj, BaseException) or isinstance(obj, Foreign):
+            return NotImplemented
+        try:
+            pickle.loads(pickle.dumps(obj))
+            return NotImplemented
+        except Exception:
+            pass
+        state = {k: v for k, v in vars(obj).items() if k != "__traceback__"}
+        where = _class_path(type(obj))
+        try:
+            if where is None:
+                raise TypeError("its class cannot be imported")
+            pickle.dumps((where, obj.args, state))
+        except Exception:
+            return (Foreign, (type(obj).__name__, str(obj)))
+        return (_rebuild, (where, obj.args, state))
+
+
+def _class_path(cls: type) -> tuple[str, str] | None:
+    """Where ``cls`` can be imported from: pytest's outcome exceptions (Skipped, Failed, ...) claim
+    to live in ``builtins``, for their display, but live in ``_pytest.outcomes``."""
+    from importlib import import_module
+
+    for module in (cls.__module__, "_pytest.outcomes"):
+        try:
+            if getattr(import_module(module), cls.__qualname__, None) is cls:
+                return (module, cls.__qualname__)
+        except ImportError:
+            continue
+    return None  # a class defined in a function: it cannot travel
+
+
+def _rebuild(where: tuple[str, str], args: tuple, state: dict[str, Any]) -> BaseException:
+    from importlib import import_module
+
+    cls = getattr(import_module(where[0]), where[1])
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 def _kill_group(pid: int) -> None:
@@ -188,7 +259,7 @@ def _child(call: Callable[..., Any], args: tuple, log: Path, result: Path) -> No
         try:
             outcome: tuple[str, Any, str] = ("returned", call(*args), "")
         except BaseException as exc:
-            outcome = ("raised", portable(exc), "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            outcome = ("raised", exc, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         partial = result.with_name(result.name + ".partial")
         _save(outcome, partial)
         os.replace(partial, result)

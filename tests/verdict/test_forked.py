@@ -88,3 +88,18 @@ def test_the_caller_state_is_untouched(tmp_path):
     seen = []
     run(seen.append, 1, tmp_path=tmp_path).unwrap()
     assert seen == []
+
+
+class NeedsTwo(Exception):
+    def __init__(self, phase, inner):  # a constructor pickle cannot call with the message alone
+        super().__init__(f"{phase}: {inner}")
+        self.phase = phase
+
+
+@pytest.mark.parametrize("raise_it, kind, says", [
+    (lambda: pytest.skip("not in --kv-cache-dtypes"), pytest.skip.Exception, "not in --kv-cache-dtypes"),
+    (lambda: (_ for _ in ()).throw(NeedsTwo("register_kv_caches", "bad stride")), NeedsTwo, "bad stride"),
+])
+def test_exceptions_of_any_constructor_come_back_as_themselves(tmp_path, raise_it, kind, says):
+    with pytest.raises(kind, match=says):
+        run(raise_it, tmp_path=tmp_path).unwrap()

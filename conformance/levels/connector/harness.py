@@ -24,7 +24,7 @@ from conformance.levels.connector.ledger import Ledger
 from conformance.levels.connector.slots import backing_bytes, copy_tokens, scatter_bytes, views_over
 from conformance.levels.subject import ConnectorChoice
 from conformance.verdict.clauses import count_load
-from conformance.verdict.forked import Outcome, call_forked, portable, type_name
+from conformance.verdict.forked import beat, call_forked, portable, type_name
 from conformance.verdict.guard import Guarded, HarnessError, StoreTimeout, call_within
 
 SAMPLED_TOKEN = 0
@@ -32,6 +32,7 @@ SAMPLED_TOKEN = 0
 Filler = Callable[[torch.Tensor, torch.dtype, str], None]
 IDLE_STEP_PAUSE_S = 0.002  # a step that scheduled nothing is waiting on an async transfer
 DRAIN_S = 5.0  # how long a phase whose requests all ended waits for the transfers still holding blocks
+MAX_PHASES = 4  # the most phases a scenario's lifetime has: bounds how long one may take
 
 
 class ConnectorRaised(Exception):
@@ -122,7 +123,7 @@ class ConnectorHarness:
     extra_config: Mapping[str, Any] = field(default_factory=dict)  # what the suite started (servers)
     lose_remote: Callable[[], str] | None = None  # loses a server's content; says how
     _used: set[str] = field(default_factory=set)  # storages a run has used (a first run is cold)
-    _hung: Outcome | None = None  # the hang that ended the connector: every later run is an Error at once
+    _hung: str | None = None  # the hang that ended the connector: every later test is an Error at once
 
     def damage(self, storage: str, how: str = "flip_middle") -> str:
         """Corrupt what a store run left in ``storage`` (``flip_middle``: one byte flipped mid-file,
@@ -140,6 +141,22 @@ class ConnectorHarness:
         if self.lose_remote is not None:
             return self.lose_remote()
         raise NotImplementedError(f"the suite cannot reach the storage of {self.connector.label} to damage it")
+
+    def isolated(self, call: Callable[..., Any], *args: Any, name: str) -> Any:
+        """``call(*args)`` (one clause test: every engine lifetime it drives) in a forked child this
+        process supervises, as engines are processes of their own: a connector that kills its process
+        is an Error of that test, not the end of the run; one that hangs is an Error of this test and,
+        from then on, of every later one at once (no second wait for a connector that stopped
+        answering). A child that makes no progress (no lifetime begins) for longer than a lifetime
+        may take is killed."""
+        if self._hung is not None:
+            raise StoreTimeout(f"{self._hung} [in an earlier test: not attempted again]")
+        idle_s = self.timeout_s * (2 * MAX_PHASES + 3) + 30
+        outcome = call_forked(call, *args, name=f"{self.connector.label} ({name})", deadline_s=None, idle_s=idle_s,
+                              log=self.workdir / "test.log")
+        if isinstance(outcome.exc, StoreTimeout):
+            self._hung = str(outcome.exc)
+        return outcome.unwrap()
 
     @property
     def vocab_size(self) -> int:
@@ -159,31 +176,10 @@ class ConnectorHarness:
         (as vLLM reuses freed blocks), so a later phase can only get earlier KV back through the
         connector, within the same connector pair (a cache that lives inside its engine).
         ``scheduling`` overrides vLLM's scheduler knobs (a small token budget: chunked prefill);
-        ``num_blocks`` shrinks the cache (too few blocks: preemptions).
-
-        The lifetime runs in a child process of its own, as an engine would: a connector that kills
-        its process is an Error of this run, and one that hangs is an Error of every later run at
-        once (no second wait for a connector that stopped answering)."""
+        ``num_blocks`` shrinks the cache (too few blocks: preemptions)."""
+        beat()  # a lifetime begins: the supervising parent sees progress
         cold = storage not in self._used
         self._used.add(storage)
-        if self._hung is not None:
-            outcome = Outcome(exc=StoreTimeout(f"{self._hung.exc} [an earlier run hung: not attempted again]"))
-        else:
-            outcome = call_forked(self._lifetime, kv_cache_dtype, layout, block_size, phases, storage, scheduling,
-                                  num_blocks, cold, name=f"{self.connector.label} (an engine's lifetime)",
-                                  deadline_s=self.timeout_s * (2 * len(phases) + 3) + 30,
-                                  log=self.workdir / "lifetime.log")
-            if isinstance(outcome.exc, StoreTimeout):
-                self._hung = outcome
-        runs: list[Run] = outcome.unwrap()
-        for number, run in enumerate(runs):
-            if number or not cold:
-                count_load(sum(run.external_tokens.values()))
-        return runs
-
-    def _lifetime(self, kv_cache_dtype: str, layout: str, block_size: int, phases: Sequence[Phase], storage: str,
-                  scheduling: Mapping[str, int] | None, num_blocks: int | None, cold: bool) -> list[Run]:
-        """``lifetime`` in this process (the child)."""
         era = self.era
         transfer = self.connector.transfer_config(dict(self.extra_config), str(self.workdir / storage))
         config = self._setup("configuring vLLM with the connector", lambda: era.make_config(
@@ -226,6 +222,8 @@ class ConnectorHarness:
                     run.caches = views_over(caches, backing_bytes(caches).clone())
                 if cold and not runs and any(run.external_tokens.values()):
                     raise PhantomHit(self.connector.label, run)
+                if runs or not cold:
+                    count_load(sum(run.external_tokens.values()))
                 runs.append(run)
         except BaseException:
             self._shutdown(worker, scheduler, quiet=True)

@@ -1,0 +1,53 @@
+"""Connector-level clause tests run in a child process their harness supervises.
+
+A connector's hooks run native code; one that dies (a segfault, ``os._exit``, the OOM killer)
+would otherwise end the pytest process, and with it every later verdict and the results file.
+Here a test's whole body (all its Hypothesis examples, so their draws stay in one process) runs
+in a forked child (``ConnectorHarness.isolated``); the examples it ran and the KV it loaded come
+back with its outcome, for the verdict (``plugin/verdicts.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+COUNTS = "_kvconform_counts"  # (examples, loaded tokens), carried on a raised exception too
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    from conformance.verdict.clauses import clause_of, running
+
+    c = clause_of(pyfuncitem)
+    harness = pyfuncitem.funcargs.get("connector_api")
+    if c is None or c.level != "connector" or harness is None:
+        return None
+    kwargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    test = running()
+    try:
+        counts = harness.isolated(_counted, pyfuncitem.obj, kwargs, name=pyfuncitem.name)
+    except BaseException as exc:
+        counts = getattr(exc, COUNTS, None)
+        raise
+    finally:
+        if test is not None and counts:
+            test.examples, test.loaded = counts
+    return True
+
+
+def _counted(test: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[int, int]:
+    """In the child: run the test; its counts go back with what it returns or raises."""
+    from conformance.verdict.clauses import running
+
+    def counts() -> tuple[int, int]:
+        now = running()
+        return (now.examples, now.loaded) if now is not None else (0, 0)
+
+    try:
+        test(**kwargs)
+    except BaseException as exc:
+        exc.__dict__[COUNTS] = counts()
+        raise
+    return counts()
