@@ -41,6 +41,10 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("byte_exact_roundtrip", _STORE,
            "get returns, byte for byte, the logical content that put was given (NaN payloads, "
            "-0, subnormals included)", lossless=True),
+    Clause("no_aliasing", _STORE,
+           "what get returns is a copy of what put was given: the caller reusing the tensor it put (all "
+           "of its memory, or only the view's region) and the engine writing into the tensor get "
+           "returned change nothing a later get returns", lossless=True),
     Clause("dtype_preserved", _STORE,
            "get returns the spec's storage dtype and element format: no hidden cast through "
            "fp16/fp32, fp8 stays its own format"),

@@ -51,6 +51,13 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
     ZooMember("conformance.zoo.flattening:make_store",
               "returns pages flattened to [rows, last_dim]",
               frozenset({"shape_preserved"})),
+    ZooMember("conformance.zoo.referencing_put:make_store",
+              "keeps a reference to the caller's tensor, not its bytes (an asynchronous save that "
+              "reads a block vLLM has already reused)",
+              frozenset({"no_aliasing"})),
+    ZooMember("conformance.zoo.shared_buffer_get:make_store",
+              "hands out its own buffer on get (a zero-copy read the engine then writes into)",
+              frozenset({"no_aliasing"})),
     ZooMember("conformance.zoo.resurrecting_delete:make_store",
               "delete drops the index entry but get still serves the bytes",
               frozenset({"state_machine"})),

@@ -1,10 +1,12 @@
 """Round-trip clauses: what put was given is what get returns, bytes, dtype, shape, metadata."""
 
+import torch
 from hypothesis import given
+from hypothesis import strategies as st
 
 from conformance.contract.store import logical_bytes
-from conformance.contract.strategies import NON_CONTIGUOUS_VIEW_KINDS, kv_entries
-from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_bytes, float_bits
+from conformance.contract.strategies import NON_CONTIGUOUS_VIEW_KINDS, VIEW_KINDS, fresh_key, kv_entries
+from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_hit, assert_same_bytes, float_bits
 from conformance.verdict.clauses import clause
 
 from ._steps import put_then_get
@@ -65,3 +67,41 @@ def test_scales_roundtrip(kv_store, entry):
         assert_equal(name, float_bits(getattr(got, name)), float_bits(getattr(entry, name)),
                      clause="scales_roundtrip", context=ctx)
 
+
+
+@clause("no_aliasing")
+@given(entry=kv_entries(kinds=VIEW_KINDS), whole=st.booleans())
+def test_no_aliasing(kv_store, entry, whole):
+    """The asynchronous-save bug in a store: a put that keeps a reference to the caller's tensor
+    (vLLM reuses a freed block for the next request), or a get that hands out the store's own
+    buffer (the engine writes into the tensor it loads). Judged against what the first get
+    returned, so a store that gets the bytes wrong anyway (byte_exact_roundtrip's business) is
+    judged here only on whether they stay put."""
+    cid = "no_aliasing"
+    key = fresh_key()
+    kv_store.put(key, entry)
+    first = assert_hit(kv_store.get(key, entry.spec), clause=cid, key=key, spec=entry.spec).tensor.clone()
+    _scribble(entry.tensor, whole)
+    how = "all of its memory" if whole else "the view's region"
+    got = assert_hit(kv_store.get(key, entry.spec), clause=cid, key=key, spec=entry.spec)
+    assert_same_bytes(got.tensor, first, clause=cid,
+                      context=f"after the caller overwrote {how} of the tensor it had put ({entry!r}): the store "
+                              "kept a reference to it, not its bytes")
+    _scribble(got.tensor, whole=False)
+    again = assert_hit(kv_store.get(key, entry.spec), clause=cid, key=key, spec=entry.spec)
+    assert_same_bytes(again.tensor, first, clause=cid,
+                      context=f"after the caller wrote into the tensor a get returned ({entry!r}): get handed out "
+                              "the store's own buffer")
+
+
+# The integer dtype of each element width: a view of the same bits that bitwise ops accept.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _scribble(tensor: torch.Tensor, whole: bool) -> None:
+    """Invert every bit of ``tensor``'s region (or of all the memory under it), as a reused block is
+    overwritten: every element changes, whatever it held."""
+    if whole:
+        torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage()).bitwise_not_()
+    else:
+        tensor.view(_BITS[tensor.element_size()]).bitwise_not_()
