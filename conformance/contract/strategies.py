@@ -13,6 +13,7 @@ of a cross-layer buffer. Each realisation holds the *same logical content*.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from typing import NamedTuple, Sequence
 
@@ -228,6 +229,59 @@ def kv_entries(draw: st.DrawFn, *, specs: st.SearchStrategy[KVSpec] | None = Non
     return KVEntry(spec, tensor, draw(scales, label="k_scale"), draw(scales, label="v_scale"))
 
 
+# Payload sizes that straddle the limits real stores have (value-size caps, page sizes, message
+# frames, chunking): each is swept at exactly the limit and one block past it. 64 MiB only where a
+# run looks hard (deep, certify); beyond 2 GiB - 1 (32-bit lengths) is not swept: it would take
+# more than a tenth of a 24 GiB machine's memory per copy.
+MiB = 1 << 20
+SIZE_LIMITS = (64 << 10, 512 << 10, MiB, 4 * MiB, 16 * MiB)
+DEEP_SIZE_LIMITS = (*SIZE_LIMITS, 64 * MiB)
+
+
+def sweep_entries(*, kinds: Sequence[str] = ("contiguous",), limits: Sequence[int] = ()) -> list[tuple[str, KVEntry]]:
+    """Explicit examples a byte-level clause runs after its drawn ones, so that no run leaves a
+    ``kv_cache_dtype`` of its axis, or a payload size limit, unexercised whatever the draws: one
+    entry per active dtype (each realised as the next of ``kinds``), then, for the first dtype,
+    one just at and one just past each of ``limits`` bytes. Their bits are random from a fixed seed
+    with the format's specials in the first and the last elements."""
+    out = []
+    dtypes = list(active_kv_cache_dtypes())
+    for i, dtype in enumerate(dtypes):
+        spec = _sweep_spec(dtype, num_blocks=1)
+        out.append((f"kv_cache_dtype={dtype}", _sweep_entry(spec, kinds[i % len(kinds)], seed=i)))
+    first = _sweep_spec(dtypes[0], num_blocks=1)
+    per_block = first.layer_nbytes
+    for limit in limits:
+        for blocks in sorted({max(1, limit // per_block), limit // per_block + 1}):
+            spec = first.replace(num_blocks=blocks)
+            out.append((f"{spec.layer_nbytes} bytes (limit {limit})", _sweep_entry(spec, kinds[0], seed=blocks)))
+    return out
+
+
+def _sweep_spec(dtype: str, *, num_blocks: int) -> KVSpec:
+    if dtype == "fp8_ds_mla":
+        return KVSpec(kv_cache_dtype=dtype, layout=Layout.MLA, num_blocks=num_blocks, block_size=16,
+                      num_kv_heads=1, head_size=FP8_DS_MLA_HEAD_SIZE)
+    return KVSpec(kv_cache_dtype=dtype, model_dtype="bfloat16", layout=Layout.KV_FIRST, num_blocks=num_blocks,
+                  block_size=16, num_kv_heads=8, head_size=128)
+
+
+def _sweep_entry(spec: KVSpec, kind: str, *, seed: int) -> KVEntry:
+    fmt = spec.element_format
+    width = fmt.bits // 8
+    raw = np.random.default_rng(seed).integers(0, 256, spec.layer_nbytes, dtype=np.uint8)
+    bits = torch.from_numpy(raw).view(bits_dtype(fmt))
+    specials = [_signed(v, fmt.bits) for _, v in sorted(special_bit_patterns(fmt).items())]
+    n = bits.numel()
+    for i, value in enumerate(specials):  # at the start, at the very end, and in the middle
+        bits[i % n] = value
+        bits[n - 1 - i % n] = value
+        bits[(n // 2 + i) % n] = value
+    assert width * n == spec.layer_nbytes
+    content = bits.view(spec.storage_dtype).view(spec.layer_shape)
+    return KVEntry(spec, realise(content, spec, kind), 1.0, 0.5)
+
+
 class TwinSpecs(NamedTuple):
     first: KVSpec
     second: KVSpec
@@ -254,7 +308,27 @@ def format_twins(draw: st.DrawFn) -> TwinSpecs:
     return TwinSpecs(base, twin)
 
 
+# The shapes real keys have: a chunk hash (64 hex characters), LMCache's composite key string
+# (format@model@world_size@worker_id@chunk_hash@dtype) and a long path-like key. Keys of one run
+# share a long prefix and differ only at the end, so a store that truncates keys (a fixed-width
+# column, a 64-byte slot) collides them.
+KEY_SHAPES = ("hash", "lmcache", "long")
+
+
+def realistic_key(shape: str) -> str:
+    """A key no other example uses, shaped as ``shape`` says (one of ``KEY_SHAPES``)."""
+    chunk = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    if shape == "hash":
+        return chunk
+    if shape == "lmcache":
+        return f"vllm@/models/Qwen3-30B-A3B-FP8@8@3@{chunk}@uint8"
+    if shape == "long":
+        return "/".join(["kvconform", "tenants", "a" * 40, "models", "Qwen3-30B-A3B-FP8", "tp8", "rank3",
+                         "layers", "0-47", "chunks", "b" * 60, chunk])
+    raise ValueError(f"key shape {shape!r}; valid: {', '.join(KEY_SHAPES)}")
+
+
 def fresh_key() -> str:
-    """A key no other example uses: examples never see each other's entries."""
-    return f"kvconform-{uuid.uuid4().hex}"
+    """A key no other example uses (examples never see each other's entries), as LMCache writes one."""
+    return realistic_key("lmcache")
 

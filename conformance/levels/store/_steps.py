@@ -1,12 +1,14 @@
-"""Steps shared by the store clauses: put then get, and "must not be served"."""
+"""Steps shared by the store clauses: put then get, "must not be served", and the explicit
+examples every byte-level clause runs after its drawn ones."""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable, Sequence
 
 from conformance.contract.spec import KVSpec
 from conformance.contract.store import REFUSALS, KVEntry
-from conformance.contract.strategies import fresh_key
+from conformance.contract.strategies import DEEP_SIZE_LIMITS, SIZE_LIMITS, fresh_key, sweep_entries
 from conformance.verdict.asserts import ClauseViolation, assert_hit
 
 
@@ -28,3 +30,32 @@ def assert_not_served(store: Any, key: str, spec: KVSpec, *, why: str, clause: s
     if got is not None:
         raise ClauseViolation(f"get({key!r}, {spec.describe()}) returned an entry "
                               f"({got.spec.describe()}), but {why}", clause=clause)
+
+
+def every_dtype(*, kinds: Sequence[str] = ("contiguous",), sizes: bool = False,
+                **fixed: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """After the drawn examples, the test's body once per ``kv_cache_dtype`` of the axis and, with
+    ``sizes``, once at and past each payload size limit (``sweep_entries``): derandomized draws
+    can miss a dtype (an e5m2 NaN-payload bug escaped that way) and never reach megabytes.
+    ``fixed`` gives the body's other drawn arguments. Apply it between ``@clause`` and ``@given``."""
+
+    def decorate(test: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(test)
+        def swept(*args: Any, **kwargs: Any) -> None:
+            from hypothesis import settings
+
+            test(*args, **kwargs)
+            deep = settings.get_current_profile_name() in ("deep", "certify")
+            limits = (DEEP_SIZE_LIMITS if deep else SIZE_LIMITS) if sizes else ()
+            body = swept.hypothesis.inner_test  # type: ignore[attr-defined]  # counted by @clause
+            for label, entry in sweep_entries(kinds=kinds, limits=limits):
+                try:
+                    body(*args, entry=entry, **fixed, **kwargs)
+                except AssertionError as exc:
+                    if hasattr(exc, "add_note"):
+                        exc.add_note(f"in the explicit example {label} (every dtype and size limit runs once)")
+                    raise
+
+        return swept
+
+    return decorate

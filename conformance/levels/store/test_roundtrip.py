@@ -9,10 +9,11 @@ from conformance.contract.strategies import NON_CONTIGUOUS_VIEW_KINDS, VIEW_KIND
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_hit, assert_same_bytes, float_bits
 from conformance.verdict.clauses import clause
 
-from ._steps import put_then_get
+from ._steps import every_dtype, put_then_get
 
 
 @clause("byte_exact_roundtrip")
+@every_dtype(sizes=True)
 @given(entry=kv_entries())
 def test_byte_exact_roundtrip(kv_store, entry):
     before = logical_bytes(entry.tensor)
@@ -24,6 +25,7 @@ def test_byte_exact_roundtrip(kv_store, entry):
 
 
 @clause("dtype_preserved")
+@every_dtype()
 @given(entry=kv_entries())
 def test_dtype_preserved(kv_store, entry):
     got = put_then_get(kv_store, entry, clause="dtype_preserved")
@@ -34,6 +36,7 @@ def test_dtype_preserved(kv_store, entry):
 
 
 @clause("shape_preserved")
+@every_dtype()
 @given(entry=kv_entries())
 def test_shape_preserved(kv_store, entry):
     got = put_then_get(kv_store, entry, clause="shape_preserved")
@@ -42,6 +45,7 @@ def test_shape_preserved(kv_store, entry):
 
 
 @clause("stride_contract")
+@every_dtype(kinds=NON_CONTIGUOUS_VIEW_KINDS)
 @given(entry=kv_entries(kinds=NON_CONTIGUOUS_VIEW_KINDS))
 def test_stride_contract(kv_store, entry):
     got = put_then_get(kv_store, entry, clause="stride_contract")
@@ -50,6 +54,7 @@ def test_stride_contract(kv_store, entry):
 
 
 @clause("metadata_roundtrip")
+@every_dtype()
 @given(entry=kv_entries())
 def test_metadata_roundtrip(kv_store, entry):
     got = put_then_get(kv_store, entry, clause="metadata_roundtrip")
@@ -57,6 +62,7 @@ def test_metadata_roundtrip(kv_store, entry):
 
 
 @clause("scales_roundtrip")
+@every_dtype()
 @given(entry=kv_entries())
 def test_scales_roundtrip(kv_store, entry):
     got = put_then_get(kv_store, entry, clause="scales_roundtrip")
@@ -70,6 +76,7 @@ def test_scales_roundtrip(kv_store, entry):
 
 
 @clause("no_aliasing")
+@every_dtype(kinds=VIEW_KINDS, whole=True)
 @given(entry=kv_entries(kinds=VIEW_KINDS), whole=st.booleans())
 def test_no_aliasing(kv_store, entry, whole):
     """The asynchronous-save bug in a store: a put that keeps a reference to the caller's tensor
