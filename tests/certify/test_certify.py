@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.certify.bundle import write_manifest
+from conformance.certify.bundle import overrides, write_manifest
 from conformance.certify.golden import GoldenError, known_test_ids, load_golden, load_product
 from conformance.certify.verify import verify
 from tests.conftest import REPO
@@ -44,7 +44,7 @@ def certify(tmp: Path, env: dict[str, str] | None = None, *extra: str,
     out = tmp / "bundle"
     proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--product", str(product),
                            "--out", str(out), *extra], capture_output=True, text=True, cwd=REPO,
-                          env={**os.environ, **(env or {})})
+                          env={**{k: v for k, v in os.environ.items() if k not in overrides(os.environ)}, **(env or {})})
     return proc, out
 
 
