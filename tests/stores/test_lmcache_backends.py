@@ -11,16 +11,25 @@ pytestmark = pytest.mark.engine
 
 # LMCache's keys carry the torch dtype, uint8 for every vLLM fp8 format; it has nowhere to keep
 # k_scale/v_scale. Both are findings the suite must report on every backend.
-ALWAYS = {"format_isolation": "Fail", "scales_roundtrip": "Disabled", "byte_exact_roundtrip": "Pass",
-          "stride_contract": "Pass", "shape_preserved": "Pass", "metadata_roundtrip": "Pass"}
+ALWAYS = {"format_isolation": "Fail", "scales_roundtrip": "Disabled"}
+ROUND_TRIP = ("byte_exact_roundtrip", "stride_contract", "shape_preserved", "metadata_roundtrip", "dtype_preserved",
+              "no_aliasing")
+# LMCache's remote protocol has no torch.int8 in its dtype table (DTYPE_TO_INT, lmcache/v1/protocol.py):
+# a remote backend drops an int8 entry, and a get right after the put misses. The per-dtype sweep
+# every byte-level clause runs meets it on every run; the local CPU backend keeps tensors as they are.
+EXPECTED = {"lmcache-cpu": {**ALWAYS, **{c: "Pass" for c in ROUND_TRIP}},
+            "lmcache-redis": {**ALWAYS, **{c: "Fail" for c in ROUND_TRIP}}}
 
 
-@pytest.mark.parametrize("store", ["lmcache-cpu", "lmcache-redis"])
+@pytest.mark.parametrize("store", sorted(EXPECTED))
 def test_lmcache_backend_verdicts(run_suite, store):
     run = run_suite(f"--kv-store={store}", "--kv-profile=ci", timeout=1200,
                     env={"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
     statuses = run.statuses()
-    assert {c: statuses[c] for c in ALWAYS} == ALWAYS, run.output[-3000:]
+    assert {c: statuses[c] for c in EXPECTED[store]} == EXPECTED[store], run.output[-3000:]
+    for test in run.results["tests"]:
+        if test["clause"] in ROUND_TRIP and test["status"] == "Fail":
+            assert "int8(int8 in int8)" in test["message"] and "returned None right after put" in test["message"], test
     assert not [c for c, s in statuses.items() if s == "Error"], run.output[-3000:]
     (iso,) = [t for t in run.results["tests"] if t["clause"] == "format_isolation"]
     assert "fp8_e" in iso["message"] and "[format_isolation]" in iso["message"]
