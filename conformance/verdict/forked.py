@@ -14,6 +14,7 @@ started) and changes none of it: what the call returns, or raises, is pickled ba
 from __future__ import annotations
 
 import faulthandler
+import io
 import logging
 import os
 import pickle
@@ -52,24 +53,9 @@ class Foreign(Exception):
         return (type(self), (self.type_name, str(self)))
 
 
-def type_name(exc: BaseException) -> str:
-    """``exc``'s type name, as raised in the child (a Foreign keeps the original's)."""
-    return exc.type_name if isinstance(exc, Foreign) else type(exc).__name__
-
-
-def portable(exc: BaseException) -> BaseException:
-    """``exc`` if it survives a pickle round trip, else a Foreign with its type name and words."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:
-        return Foreign(type(exc).__name__, str(exc))
-
-
 @dataclass
 class Outcome:
-    """What a supervised call ended in; ``unwrap`` is the one place its exception is raised (so a
-    property-based test that replays it sees the same failure every time)."""
+    """What a supervised call ended in: its value, or the exception ``unwrap`` raises."""
 
     value: Any = None
     exc: BaseException | None = None
@@ -213,7 +199,7 @@ class _Pickler(pickle.Pickler):
         try:
             if where is None:
                 raise TypeError("its class cannot be imported")
-            pickle.dumps((where, obj.args, state))
+            _Pickler(io.BytesIO()).dump((where, obj.args, state))  # an exception inside it: the same rules
         except Exception:
             return (Foreign, (type(obj).__name__, str(obj)))
         return (_rebuild, (where, obj.args, state))

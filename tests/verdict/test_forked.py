@@ -103,3 +103,18 @@ class NeedsTwo(Exception):
 def test_exceptions_of_any_constructor_come_back_as_themselves(tmp_path, raise_it, kind, says):
     with pytest.raises(kind, match=says):
         run(raise_it, tmp_path=tmp_path).unwrap()
+
+
+def test_an_exception_holding_one_that_cannot_travel_keeps_its_own_type(tmp_path):
+    class Local(Exception):
+        pass
+
+    def fails():
+        exc = NeedsTwo("worker hooks", "a vendor's error")
+        exc.inner = Local("its own words")  # as ConnectorRaised holds what the connector raised
+        raise exc
+
+    with pytest.raises(NeedsTwo) as caught:
+        run(fails, tmp_path=tmp_path).unwrap()
+    assert isinstance(caught.value.inner, Foreign) and caught.value.inner.type_name == "Local"
+    assert str(caught.value.inner) == "its own words"

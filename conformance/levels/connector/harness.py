@@ -24,7 +24,7 @@ from conformance.levels.connector.ledger import Ledger
 from conformance.levels.connector.slots import backing_bytes, copy_tokens, scatter_bytes, views_over
 from conformance.levels.subject import ConnectorChoice
 from conformance.verdict.clauses import count_load
-from conformance.verdict.forked import beat, call_forked, portable, type_name
+from conformance.verdict.forked import beat, call_forked
 from conformance.verdict.guard import Guarded, HarnessError, StoreTimeout, call_within
 
 SAMPLED_TOKEN = 0
@@ -39,11 +39,8 @@ class ConnectorRaised(Exception):
     """The connector under test raised from one of its hooks (a conformance failure)."""
 
     def __init__(self, phase: str, exc: BaseException) -> None:
-        super().__init__(f"{phase}: {type_name(exc)}: {exc}")
+        super().__init__(f"{phase}: {type(exc).__name__}: {exc}")
         self.phase, self.exc = phase, exc
-
-    def __reduce__(self) -> Any:  # pickled back from the run's process, whatever the connector raised
-        return (type(self), (self.phase, portable(self.exc)))
 
 
 class NotBuilt(ConnectorRaised):
@@ -62,10 +59,6 @@ class PhantomHit(Exception):
                          f"layout={run.layout}, block_size={run.block_size}]; whatever it loaded there is "
                          "not KV any engine computed")
         self.run = run
-        self.label = label
-
-    def __reduce__(self) -> Any:
-        return (type(self), (self.label, self.run))
 
 
 class LayoutRefused(ConnectorRaised):
