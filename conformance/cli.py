@@ -189,14 +189,20 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
+    import json
+
+    from conformance.matrix.definition import connector_args
     from conformance.matrix.gate import gate_cell, run_gate
 
     if args.store:
         subject = [f"--kv-store={args.store}"]
     else:
-        subject = [f"--kv-connector={args.connector}"]
-        subject += [f"--kv-connector-extra-config={args.extra_config}"] if args.extra_config else []
-        subject += [f"--kv-connector-capabilities={args.capabilities}"] if args.capabilities else []
+        try:
+            extra = json.loads(args.extra_config) if args.extra_config else None
+        except ValueError as exc:
+            print(f"kvconform gate: --extra-config is not JSON: {exc}", file=sys.stderr)
+            return 2
+        subject = list(connector_args(args.connector, extra, [c for c in args.capabilities.split(",") if c]))
     subject += [f"--kv-cache-dtypes={args.kv_cache_dtypes}"] if args.kv_cache_dtypes else []
     subject += args.suite_arg  # each one token of the suite's command line
     level = args.level or ("store" if args.store else "connector")

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping
 
 from conformance import __version__
 from conformance.certify.golden import SHIPPED_GOLDEN, Badge, Golden, load_golden, load_product, test_id
+from conformance.matrix.definition import connector_args
 from conformance.matrix.runner import suite_command
 from conformance.report import render as report
 from conformance.util.identity import reproducibility_problems
@@ -39,12 +40,8 @@ def subject_args(badge: Badge, product: Mapping[str, Any]) -> list[str]:
     if badge.subject == "store":
         return [f"--kv-store={product['store']}", *args]
     c = product["connector"]
-    args += [f"--kv-connector={c['name']}", f"--kv-role={c['role']}", f"--kv-model={product['model']}"]
-    if c["extra_config"]:
-        args.append(f"--kv-connector-extra-config={json.dumps(c['extra_config'], sort_keys=True)}")
-    if c["capabilities"]:
-        args.append(f"--kv-connector-capabilities={','.join(c['capabilities'])}")
-    return args
+    return [*connector_args(c["name"], c["extra_config"], c["capabilities"]), f"--kv-role={c['role']}",
+            f"--kv-model={product['model']}", *args]
 
 
 def badge_command(badge: Badge, product: Mapping[str, Any], where: Path = Path(".")) -> list[str]:
@@ -58,6 +55,10 @@ def declared(badge: Badge, product: Mapping[str, Any]) -> frozenset[str] | None:
     it); None for a store, which is held to every required test."""
     if badge.subject == "store":
         return None
+    return _declared(product)
+
+
+def _declared(product: Mapping[str, Any]) -> frozenset[str]:
     from conformance.levels.subject import parse_capabilities
 
     return parse_capabilities(",".join(product["connector"]["capabilities"]))[0]
@@ -98,16 +99,12 @@ def _connector_problems(tested: Mapping[str, Any], product: Mapping[str, Any]) -
     problems = []
     if tested.get("spec") != c["name"]:
         problems.append(f"tested connector {tested.get('spec')!r}, but PRODUCT.yaml names {c['name']!r}")
-    for key, want in (("capabilities", sorted(declared_names(c["capabilities"]))),
+    for key, want in (("capabilities", sorted(_declared(product))),
                       ("extra_config", results.redact(c["extra_config"])), ("role", c["role"]),
                       ("model", product["model"])):
         if tested.get(key) != want:
             problems.append(f"tested connector {key} {tested.get(key)!r}, but PRODUCT.yaml says {want!r}")
     return problems
-
-
-def declared_names(capabilities: list[str]) -> set[str]:
-    return {c.partition("=")[0] for c in capabilities}
 
 
 def _normal(name: str) -> str:
@@ -121,9 +118,7 @@ def certify_settings() -> dict[str, Any]:
     from conformance.verdict import profiles
 
     profiles.register_profiles()
-    chosen = settings.get_profile(CERTIFY_PROFILE)
-    return {"max_examples": chosen.max_examples, "derandomize": chosen.derandomize,
-            "stateful_step_count": chosen.stateful_step_count}
+    return profiles.recorded(settings.get_profile(CERTIFY_PROFILE))
 
 
 # Variables that change what a pytest run of the suite runs: a certification run refuses them

@@ -10,7 +10,7 @@ import json
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -182,12 +182,19 @@ def _tier_for(tier: Tier, entry: Mapping[str, Any]) -> Tier:
     return replace(tier, profile=entry["profile"]) if entry.get("profile") else tier
 
 
+def connector_args(connector: str, extra_config: Mapping[str, Any] | None = None,
+                   capabilities: Sequence[str] = ()) -> tuple[str, ...]:
+    """The suite's options that choose ``connector`` with its extra config and declared capabilities
+    (a matrix entry's, a certified product's, the PR gate's)."""
+    return (f"--kv-connector={connector}",
+            *(["--kv-connector-extra-config=" + json.dumps(extra_config)] if extra_config else []),
+            *([f"--kv-connector-capabilities={','.join(capabilities)}"] if capabilities else []))
+
+
 def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell]:
     """A connector entry's cells on one stack: per model, one connector-API cell (it draws the whole
     dtype axis itself) and one engine cell per kv_cache_dtype (each engine runs one)."""
-    chosen = (f"--kv-connector={spec['connector']}",
-              *(["--kv-connector-extra-config=" + json.dumps(spec["extra_config"])] if spec.get("extra_config") else []),
-              *([f"--kv-connector-capabilities={','.join(spec['capabilities'])}"] if spec.get("capabilities") else []))
+    chosen = connector_args(spec["connector"], spec.get("extra_config"), spec.get("capabilities") or ())
     dtypes = spec["kv_cache_dtypes"]
     cells = []
     for model in spec["models"]:

@@ -190,7 +190,7 @@ class Recorder:
         from hypothesis import settings
 
         from conformance.util.identity import identify
-        from conformance.verdict import results
+        from conformance.verdict import profiles, results
 
         state = session_state(self.config)
         current = settings.default
@@ -215,9 +215,7 @@ class Recorder:
             connector=connector,
             profile=state.profile,
             kv_cache_dtypes=state.kv_cache_dtypes,
-            hypothesis_settings={"max_examples": current.max_examples,
-                                 "derandomize": current.derandomize,
-                                 "stateful_step_count": current.stateful_step_count},
+            hypothesis_settings=profiles.recorded(current),
             records=self.records))
 
 

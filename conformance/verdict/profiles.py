@@ -53,3 +53,9 @@ def register_profiles() -> None:
 def describe(name: str) -> str:
     values = PROFILES[name]
     return f"{name} (" + ", ".join(f"{k}={v}" for k, v in values.items()) + ")"
+
+
+def recorded(chosen: settings) -> dict[str, Any]:
+    """The settings a results file records of a run (what a certification's verifier compares)."""
+    return {"max_examples": chosen.max_examples, "derandomize": chosen.derandomize,
+            "stateful_step_count": chosen.stateful_step_count}
