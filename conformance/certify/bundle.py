@@ -51,11 +51,13 @@ def badge_command(badge: Badge, product: Mapping[str, Any], where: Path = Path("
 
 
 def declared(badge: Badge, product: Mapping[str, Any]) -> frozenset[str] | None:
-    """The capabilities a connector product declares (clauses needing others are not required of
-    it); None for a store, which is held to every required test."""
+    """The capabilities a connector product declares, with those they imply (clauses needing others
+    are not required of it); None for a store, which is held to every required test."""
     if badge.subject == "store":
         return None
-    return _declared(product)
+    from conformance.levels.subject import implied
+
+    return implied(_declared(product))
 
 
 def _declared(product: Mapping[str, Any]) -> frozenset[str]:

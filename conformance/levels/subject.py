@@ -21,6 +21,11 @@ CONNECTOR_CAPABILITIES = {
                   "fresh engine or connector pair loads what another one stored apply",
     "lossy": "it changes KV on the way (a quantizing codec): byte-exact clauses are Disabled; "
              "'lossy=TOL' states the logprob tolerance the engine level compares within",
+    "pd": "it moves KV from a producer engine (kv_producer) to a consumer engine (kv_consumer), "
+          "handed over per request in kv_transfer_params, as vLLM's disaggregated prefill does: the P/D "
+          "clauses apply; the prefix-cache clauses only if it declares cache too",
+    "cache": "it serves KV it stored to a later request with the same prompt prefix (a prefix cache): "
+             "implied unless pd is declared",
 }
 
 
@@ -55,14 +60,20 @@ class ConnectorChoice:
     def label(self) -> str:
         return f"{self.module_path}:{self.name}" if self.module_path else self.name
 
-    def transfer_config(self, extra: dict[str, Any], storage: str) -> dict[str, Any]:
+    @property
+    def applies(self) -> frozenset[str]:
+        """The capabilities clauses are judged against: the declared ones, with ``cache`` implied
+        unless the connector declares itself a P/D transfer (``pd``) without it."""
+        return implied(self.capabilities)
+
+    def transfer_config(self, extra: dict[str, Any], storage: str, role: str | None = None) -> dict[str, Any]:
         """vLLM's KVTransferConfig kwargs, with ``storage`` (a directory private to this run) put
         wherever the extra config says ``{storage}``, however deep (a MultiConnector's children);
         an extra config that names no place gets it as ExampleConnector's ``shared_storage_path``
-        (other connectors ignore that key)."""
+        (other connectors ignore that key). ``role`` overrides the declared kv_role (a P/D pair's)."""
         mine = with_storage(self.extra_config, storage)
         default = {} if mine != self.extra_config else {"shared_storage_path": storage}
-        cfg: dict[str, Any] = {"kv_connector": self.name, "kv_role": self.role,
+        cfg: dict[str, Any] = {"kv_connector": self.name, "kv_role": role or self.role,
                                "kv_connector_extra_config": {**default, **extra, **mine}}
         if self.module_path:
             cfg["kv_connector_module_path"] = self.module_path
@@ -134,6 +145,12 @@ def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
                 raise ValueError(f"--kv-connector-capabilities: lossy={value} must be a positive tolerance")
         names.add(name)
     return frozenset(names), tolerance
+
+
+def implied(capabilities: frozenset[str]) -> frozenset[str]:
+    """A connector's declared capabilities plus ``cache``, which every connector but a P/D transfer
+    (``pd`` declared without ``cache``) is: a prefix cache is what a connector is by default."""
+    return capabilities if "pd" in capabilities else capabilities | {"cache"}
 
 
 def with_storage(value: Any, storage: str) -> Any:

@@ -32,7 +32,7 @@ def _kvconform_clause_gate(request: pytest.FixtureRequest) -> Iterator[None]:
             reason = disabled_reason(c, caps, session_state(request.config).choice.target)
         else:
             connector = connector_choice(request.config)
-            reason = disabled_reason(c, connector.capabilities, connector.label)
+            reason = disabled_reason(c, connector.applies, connector.label)
             if reason:
                 reason += f" (declare it with {options.CAPABILITIES} if it does)"
         if reason:

@@ -34,9 +34,14 @@ class Clause:
 _STORE = "store"
 _ENGINE = "engine"
 _CONNECTOR = "connector"
+# Clauses in which a request's KV is looked up by its prompt: they apply to a prefix cache (what
+# every connector is unless it declares itself a P/D transfer only).
+_CACHE = frozenset({"cache"})
 # Clauses in which a fresh engine (or connector pair) loads what another one stored: they apply to
 # a connector whose cache outlives its engine, and are Disabled for one whose cache lives inside it.
-_ACROSS = frozenset({"persistent"})
+_ACROSS = frozenset({"cache", "persistent"})
+# Clauses of a producer engine handing KV to a consumer engine by kv_transfer_params.
+_PD = frozenset({"pd"})
 CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("byte_exact_roundtrip", _STORE,
            "get returns, byte for byte, the logical content that put was given (NaN payloads, "
@@ -85,7 +90,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "reset) and overwritten by other KV, then asked for again, is loaded byte for byte as it was "
            "saved, every layer of every token the connector claims; and over empty storage the "
            "connector claims nothing (a cache that lives inside its engine is judged here)",
-           lossless=True, needs_load=True),
+           lossless=True, requires=_CACHE, needs_load=True),
     Clause("api_no_collateral_writes", _CONNECTOR,
            "saving leaves the paged cache untouched, and loading writes only into the blocks of the "
            "request it loads: a neighbour request's blocks and free blocks keep their bytes",
@@ -111,32 +116,51 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("api_cache_salt", _CONNECTOR,
            "a prompt stored under one cache_salt is never claimed for a request with another salt or "
            "none (one tenant is never served another's KV); the same salt still loads",
-           needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("api_chunked_prefill", _CONNECTOR,
            "a prompt longer than the step's token budget (max_num_batched_tokens), prefilled in chunks, "
            "is loaded back byte for byte: the connector claims no token it did not persist",
-           lossless=True, needs_load=True),
+           lossless=True, requires=_CACHE, needs_load=True),
     Clause("api_abort", _CONNECTOR,
            "requests aborted through the scheduler's own finish path (mid-prefill, with loads or saves "
            "in flight) end cleanly: no hook raises, every block held for them is given back, and what "
-           "is later loaded for their prompts is their bytes"),
+           "is later loaded for their prompts is their bytes",
+           requires=_CACHE),
     Clause("api_preemption", _CONNECTOR,
            "requests preempted for want of blocks and re-admitted (the connector asked again) finish "
            "without a hook raising, and what they saved loads back byte for byte",
-           lossless=True, needs_load=True),
+           lossless=True, requires=_CACHE, needs_load=True),
     Clause("api_transfer_reports", _CONNECTOR,
            "get_finished reports each finished async save (finished_sending) and load (finished_recving) "
            "exactly once, only for a request vLLM holds for it, and every block comes back once the "
-           "requests ended"),
+           "requests ended",
+           requires=_CACHE),
     Clause("api_load_errors_reported", _CONNECTOR,
            "with each stored file cut short (its last byte gone), the connector loads nothing or reports "
            "the blocks it could not read (get_block_ids_with_load_errors, in the step of the load): it "
            "never raises (the worker dies) and never claims tokens whose bytes it did not read",
            requires=_ACROSS, lossless=True),
+    Clause("api_pd_roundtrip", _CONNECTOR,
+           "a consumer connector pair (kv_consumer) handed, per request, the kv_transfer_params the "
+           "producer's request_finished returned loads into its own blocks, byte for byte, every layer of "
+           "every token it claims, as the producer (kv_producer) computed them; the producer keeps a "
+           "request's blocks until the consumer has them (blocks it frees are reused at once), each side "
+           "reports each finished transfer once and gives every block back, and a request handed no "
+           "params is claimed nothing",
+           requires=_PD, lossless=True, needs_load=True),
+    Clause("api_pd_format_isolation", _CONNECTOR,
+           "a consumer of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) handed a producer's "
+           "kv_transfer_params loads nothing or reports the load failed: never the other format's bytes",
+           requires=_PD),
+    Clause("api_pd_lost_peer", _CONNECTOR,
+           "with the producer gone before the consumer pulls, no consumer hook raises, no token is claimed "
+           "that was not read (the blocks are reported as failed loads, so vLLM recomputes them), and "
+           "every request finishes with its blocks given back",
+           requires=_PD),
     Clause("engine_cache_salt", _ENGINE,
            "one engine that stored prompts, had its prefix cache reset and served them again serves "
            "none of them as external hits to requests of another cache_salt",
-           needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("engine_store_then_load", _ENGINE,
            "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
            "logprobs bit-identical to a no-connector baseline (a concurrent batch: within the measured "
@@ -148,7 +172,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "served them again produces the no-connector baseline's greedy tokens and logprob bits, having "
            "really loaded external KV (external prefix-cache hits > 0); on its first pass, over empty "
            "storage, it claims no external hit",
-           needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("engine_effective_dtype", _ENGINE,
            "the engines run the requested kv_cache_dtype: vLLM's resolved cache dtype and the KV "
            "tensors it allocated match the KVSpec (no silent fallback to auto)"),

@@ -85,6 +85,9 @@ class Run:
     aborted: set[str] = field(default_factory=set)  # requests aborted through the scheduler
     misreports: list[str] = field(default_factory=list)  # transfer reports vLLM's contract forbids
     held: list[str] = field(default_factory=list)  # blocks never given back once everything ended
+    # request id -> the kv_transfer_params vLLM handed back when it finished (a P/D producer's)
+    transfer_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reused: set[int] = field(default_factory=set)  # blocks overwritten once their request gave them back
 
     @property
     def num_blocks(self) -> int:
@@ -96,11 +99,15 @@ class Run:
 class Phase:
     """What one stretch of an engine's lifetime serves: ``requests`` (request id, prompt token ids,
     and optionally a ``cache_salt``) admitted together over caches ``fill`` wrote; ``aborts`` names
-    requests the client abandons after that many steps of the phase (0: before any step)."""
+    requests the client abandons after that many steps of the phase (0: before any step);
+    ``transfer`` the kv_transfer_params a request carries (P/D); ``reuse_freed`` overwrites each
+    block as soon as its request gave it back, as vLLM's next request in it would."""
 
     requests: Sequence[tuple[Any, ...]]
     fill: Filler
     aborts: Mapping[str, int] = field(default_factory=dict)
+    transfer: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    reuse_freed: bool = False
 
 
 @dataclass
@@ -173,112 +180,73 @@ class ConnectorHarness:
         beat()  # a lifetime begins: the supervising parent sees progress
         cold = storage not in self._used
         self._used.add(storage)
-        era = self.era
-        transfer = self.connector.transfer_config(dict(self.extra_config), str(self.workdir / storage))
-        config = self._setup("configuring vLLM with the connector", lambda: era.make_config(
-            model=str(self.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
-            block_size=block_size, scheduling=scheduling))
-        mla = bool(config.model_config.use_mla)
-        block_size = config.cache_config.block_size  # vLLM may override it (CPU MLA needs 16)
-        layer_names = [f"model.layers.{i}.self_attn.attn"
-                       for i in range(config.model_config.get_num_layers(config.parallel_config))]
-        kv_cache_config, caches = era.allocate(config, layer_names, num_blocks or self.num_blocks, mla)
-        model_dtype = str(config.model_config.dtype).removeprefix("torch.")
-        # vLLM's order: the worker builds its connector and registers the caches, then the engine
-        # core builds the scheduler (whose connector may wait for a service the worker started).
-        with era.worker_setup(config):
-            worker = self._build("worker connector", era.make_worker_connector, config, kv_cache_config)
-        scheduler = None
+        pair = _Pair(self, kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size, storage=storage,
+                     scheduling=scheduling, num_blocks=num_blocks or self.num_blocks)
         runs: list[Run] = []
         try:
-            with era.worker_setup(config):
-                self._setup("register_kv_caches", worker.register_kv_caches, caches)
-            scheduler = self._build("scheduler", era.make_scheduler, config, kv_cache_config)
-            free_at_start = scheduler.inner.kv_cache_manager.block_pool.get_num_free_blocks()
-            ledger = Ledger()
             for number, phase in enumerate(phases, 1):
-                ledger.phase = number
-                if runs:
-                    self._hook("scheduler", scheduler.reset_prefix_cache)
-                raw = backing_bytes(caches)
-                phase.fill(raw, era.storage_dtype(config), model_dtype)
-                scatter_bytes(caches, raw)
-                run = Run(kv_cache_dtype, layout, block_size, mla, caches, raw.clone())
-                for request_id, prompt, *salt in phase.requests:
-                    ledger.admit(request_id)
-                    self._hook("scheduler", scheduler.add_request,
-                               era.make_request(request_id, prompt, block_size, *salt))
-                self._steps(scheduler, worker.inner, run, config, phase.aborts, ledger)
-                run.misreports, ledger.problems = ledger.problems, []
-                run.held = self._held(scheduler.inner, free_at_start)
-                if len(runs) + 1 < len(phases):  # the next phase overwrites the caches: keep this one's
-                    run.caches = views_over(caches, backing_bytes(caches).clone())
+                run = pair.begin(phase, number)
+                while pair.step():
+                    pass
+                pair.end(keep=number < len(phases))
                 if cold and not runs and any(run.external_tokens.values()):
                     raise PhantomHit(self.connector.label, run)
                 if runs or not cold:
                     count_load(sum(run.external_tokens.values()))
                 runs.append(run)
         except BaseException:
-            self._shutdown(worker, scheduler, quiet=True)
+            pair.close(quiet=True)
             raise
-        self._shutdown(worker, scheduler, quiet=False)
+        pair.close(quiet=False)
         return runs
 
-    @staticmethod
-    def _held(scheduler: Any, free_at_start: int) -> list[str]:
-        """Blocks not given back once every request of a phase ended and its transfers drained."""
-        held = [f"request {rid!r} ({request.status.name}) still holds its blocks: request_finished returned "
-                "True (an async transfer) and get_finished never reported it, so vLLM never frees them"
-                for rid, request in sorted(scheduler.requests.items())]
-        free = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
-        if not held and free != free_at_start:
-            held.append(f"{free_at_start - free} block(s) of {free_at_start} are not free once every request ended")
-        return held
-
-    def _shutdown(self, worker: Guarded, scheduler: Guarded | None, *, quiet: bool) -> None:
-        """Both connectors' shutdown hooks (the scheduler's runs its own); quiet while failing."""
-        for part in (worker, scheduler):
-            if part is None:
-                continue
-            try:
-                self._hook("shutdown", part.shutdown)
-            except (ConnectorRaised, HarnessError):
-                if not quiet:
-                    raise
-
-    def _steps(self, scheduler: Guarded, worker: Any, run: Run, config: Any, aborts: Mapping[str, int],
-               ledger: Ledger) -> None:
-        """Step until every request ended and its blocks came back, or the connector stops answering:
-        a phase whose requests all ended waits ``DRAIN_S`` for the transfers still held, then
-        ``Run.held`` names them."""
-        deadline = time.monotonic() + self.timeout_s
-        drained_by: float | None = None
-        runner = self._guarded(self.era, "worker step")  # vLLM's runner code checks the connector's type
-        inner = scheduler.inner
-        for step in itertools.count():
-            self._abort_due(scheduler, run, aborts, step)
-            if not inner.has_requests() and not inner.requests:
-                return
-            now = time.monotonic()
-            if not inner.get_num_unfinished_requests():
-                drained_by = drained_by or now + DRAIN_S
-                if now > drained_by:
-                    return
-            if now > deadline:
-                break
-            out = self._hook("scheduler", scheduler.schedule)
-            if not out.total_num_scheduled_tokens:
-                time.sleep(IDLE_STEP_PAUSE_S)
-            self._track_blocks(out, run)
-            connector_output = self._hook("worker hooks", runner.run_worker_step, worker, out, run.caches, run.mla,
-                                          config)
-            ledger.vet(connector_output, inner, step)
-            run.load_errors |= set(connector_output.invalid_block_ids or ())
-            result = self.era.model_runner_output(inner, out, connector_output, SAMPLED_TOKEN)
-            self._hook("scheduler", scheduler.update_from_output, out, result)
-        left = sorted(inner.requests)
-        raise HarnessError(f"{self.connector.label}: requests {left} did not finish within {self.timeout_s:g}s "
-                           "(an async load or save that never completes?)")
+    def pd(self, *, kv_cache_dtype: str, layout: str, block_size: int, requests: Sequence[tuple[str, list[int]]],
+           fills: tuple[Filler, Filler], storage: str, consumer_dtype: str | None = None,
+           producer_gone: bool = False) -> tuple[Run, Run]:
+        """A producer's lifetime (kv_producer) and a consumer's (kv_consumer) side by side, as vLLM's
+        disaggregated prefill runs them: the producer prefills every request but the last with
+        ``do_remote_decode`` (blocks it frees are overwritten at once, as reuse would), then the
+        consumer is handed, per request, the kv_transfer_params the producer returned, and the two
+        step together until the consumer's requests end and the producer gave its blocks back. The
+        last request is the consumer's own, handed no params (it must be claimed nothing).
+        ``producer_gone`` shuts the producer down before the consumer is built (a lost peer)."""
+        beat()
+        self._used.add(storage)
+        remote = list(requests[:-1])
+        producer = _Pair(self, kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size,
+                         storage=storage, role="kv_producer")
+        consumer: _Pair | None = None
+        try:
+            made = producer.begin(Phase(remote, fills[0], transfer={rid: {"do_remote_decode": True} for rid, _ in remote},
+                                        reuse_freed=True), 1)
+            while producer.step(drain=False, until_finished=True):
+                pass
+            if producer_gone:
+                producer.end(keep=True)
+                producer.close(quiet=False)
+            handed = {rid: made.transfer_params[rid] for rid, _ in remote if rid in made.transfer_params}
+            consumer = _Pair(self, kv_cache_dtype=consumer_dtype or kv_cache_dtype, layout=layout,
+                             block_size=block_size, storage=storage, role="kv_consumer")
+            loaded = consumer.begin(Phase(list(requests), fills[1], transfer=handed), 1)
+            producer.extend()
+            busy = True
+            while busy:
+                busy = consumer.step()
+                if not producer_gone:  # the producer's drain clock starts once the consumer is done
+                    busy = producer.step(drain=not busy) or busy
+            consumer.end(keep=False)
+            if not producer_gone:
+                producer.end(keep=True)
+            count_load(sum(n for rid, n in loaded.external_tokens.items() if rid in handed))
+        except BaseException:
+            for pair in (consumer, producer):
+                if pair is not None:
+                    pair.close(quiet=True)
+            raise
+        consumer.close(quiet=False)
+        if not producer_gone:
+            producer.close(quiet=False)
+        return made, loaded
 
     def _abort_due(self, scheduler: Guarded, run: Run, aborts: Mapping[str, int], step: int) -> None:
         for rid, after in aborts.items():
@@ -341,3 +309,158 @@ class ConnectorHarness:
             if isinstance(exc.exc, NotImplementedError):
                 raise LayoutRefused(exc.phase, exc.exc) from exc.exc
             raise NotBuilt(exc.phase, exc.exc) from exc.exc
+
+
+class _Pair:
+    """One engine's connector pair, without an engine: vLLM's config with the connector, caches
+    allocated as the model runner allocates them, the worker-side connector built and registered
+    first, then the scheduler with its own; stepped one model-runner step at a time."""
+
+    def __init__(self, harness: ConnectorHarness, *, kv_cache_dtype: str, layout: str, block_size: int,
+                 storage: str, scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
+                 role: str | None = None) -> None:
+        self.harness, era = harness, harness.era
+        self.kv_cache_dtype, self.layout = kv_cache_dtype, layout
+        transfer = harness.connector.transfer_config(dict(harness.extra_config), str(harness.workdir / storage),
+                                                     role=role)
+        self.config = config = harness._setup("configuring vLLM with the connector", lambda: era.make_config(
+            model=str(harness.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
+            block_size=block_size, scheduling=scheduling))
+        self.mla = bool(config.model_config.use_mla)
+        self.block_size = config.cache_config.block_size  # vLLM may override it (CPU MLA needs 16)
+        layer_names = [f"model.layers.{i}.self_attn.attn"
+                       for i in range(config.model_config.get_num_layers(config.parallel_config))]
+        kv_cache_config, self.caches = era.allocate(config, layer_names, num_blocks or harness.num_blocks, self.mla)
+        self.model_dtype = str(config.model_config.dtype).removeprefix("torch.")
+        # vLLM's order: the worker builds its connector and registers the caches, then the engine
+        # core builds the scheduler (whose connector may wait for a service the worker started).
+        with era.worker_setup(config):
+            self.worker = harness._build("worker connector", era.make_worker_connector, config, kv_cache_config)
+        self.scheduler: Guarded | None = None
+        try:
+            with era.worker_setup(config):
+                harness._setup("register_kv_caches", self.worker.register_kv_caches, self.caches)
+            self.scheduler = harness._build("scheduler", era.make_scheduler, config, kv_cache_config)
+        except BaseException:
+            self.close(quiet=True)
+            raise
+        self.free_at_start = self.scheduler.inner.kv_cache_manager.block_pool.get_num_free_blocks()
+        self.ledger = Ledger()
+        self.runner = harness._guarded(era, "worker step")  # vLLM's runner code checks the connector's type
+        self.runs: list[Run] = []
+        self.run: Run | None = None
+
+    def begin(self, phase: Phase, number: int) -> Run:
+        """Start a phase: the prefix cache reset (after the first), the fill written, its requests
+        admitted; the phase's clock starts."""
+        h, era, assert_scheduler = self.harness, self.harness.era, self.scheduler
+        assert assert_scheduler is not None
+        self.ledger.phase = number
+        if self.runs:
+            h._hook("scheduler", assert_scheduler.reset_prefix_cache)
+        raw = backing_bytes(self.caches)
+        phase.fill(raw, era.storage_dtype(self.config), self.model_dtype)
+        scatter_bytes(self.caches, raw)
+        self.run = run = Run(self.kv_cache_dtype, self.layout, self.block_size, self.mla, self.caches, raw.clone())
+        for request_id, prompt, *salt in phase.requests:
+            self.ledger.admit(request_id)
+            h._hook("scheduler", assert_scheduler.add_request,
+                    era.make_request(request_id, prompt, self.block_size, *salt,
+                                     kv_transfer_params=phase.transfer.get(request_id)))
+        self.phase, self.step_no, self.drained_by = phase, 0, None
+        self.extend()
+        return run
+
+    def extend(self) -> None:
+        """Restart the phase's clock (a producer waiting for its consumer)."""
+        self.deadline = time.monotonic() + self.harness.timeout_s
+
+    def step(self, *, drain: bool = True, until_finished: bool = False) -> bool:
+        """One step; False once the phase is over: every request ended and its blocks came back, or
+        (``drain``) ``DRAIN_S`` after every request ended (``Run.held`` names the blocks still held),
+        or (``until_finished``) once every request ended. HarnessError at the phase's deadline."""
+        h, run, phase, scheduler = self.harness, self.run, self.phase, self.scheduler
+        assert run is not None and scheduler is not None
+        inner = scheduler.inner
+        h._abort_due(scheduler, run, phase.aborts, self.step_no)
+        if not inner.has_requests() and not inner.requests:
+            return False
+        now = time.monotonic()
+        if not inner.get_num_unfinished_requests():
+            if until_finished:
+                return False
+            if drain:
+                self.drained_by = self.drained_by or now + DRAIN_S
+                if now > self.drained_by:
+                    return False
+        if now > self.deadline:
+            left = sorted(inner.requests)
+            raise HarnessError(f"{h.connector.label}: requests {left} did not finish within {h.timeout_s:g}s "
+                               "(an async load or save that never completes?)")
+        out = h._hook("scheduler", scheduler.schedule)
+        if not out.total_num_scheduled_tokens:
+            time.sleep(IDLE_STEP_PAUSE_S)
+        h._track_blocks(out, run)
+        connector_output = h._hook("worker hooks", self.runner.run_worker_step, self.worker.inner, out,
+                                   run.caches, run.mla, self.config)
+        self.ledger.vet(connector_output, inner, self.step_no)
+        run.load_errors |= set(connector_output.invalid_block_ids or ())
+        result = h.era.model_runner_output(inner, out, connector_output, SAMPLED_TOKEN)
+        outputs = h._hook("scheduler", scheduler.update_from_output, out, result)
+        for engine_outputs in (outputs or {}).values():
+            for output in engine_outputs.outputs:
+                if getattr(output, "kv_transfer_params", None):
+                    run.transfer_params[output.request_id] = output.kv_transfer_params
+        if phase.reuse_freed:
+            self._reuse_freed(inner, run)
+        self.step_no += 1
+        return True
+
+    def _reuse_freed(self, scheduler: Any, run: Run) -> None:
+        """Overwrite, with the bitwise complement of what was computed there, every block an ended
+        request gave back: what the next request vLLM gives that block would write."""
+        pool = scheduler.kv_cache_manager.block_pool
+        freed = sorted({b for rid, ids in run.origin.items() if rid not in scheduler.requests
+                        for b in ids if b not in run.reused and pool.blocks[b].ref_cnt == 0})
+        if not freed:
+            return
+        run.reused |= set(freed)
+        index = torch.tensor(freed, dtype=torch.long)
+        for name, was in views_over(self.caches, run.before).items():
+            flipped = (was[index].contiguous().view(torch.uint8) ^ 0xFF).view(was.dtype)
+            self.caches[name][index] = flipped.view(was[index].shape)
+
+    def end(self, *, keep: bool) -> Run:
+        """Close the phase: the transfer reports vLLM would have refused, the blocks still held, and
+        (``keep``: a later phase overwrites them) a snapshot of the caches."""
+        run, scheduler = self.run, self.scheduler
+        assert run is not None and scheduler is not None
+        run.misreports, self.ledger.problems = self.ledger.problems, []
+        run.held = _held(scheduler.inner, self.free_at_start)
+        if keep:
+            run.caches = views_over(self.caches, backing_bytes(self.caches).clone())
+        self.runs.append(run)
+        return run
+
+    def close(self, *, quiet: bool) -> None:
+        """Both connectors' shutdown hooks (the scheduler's runs its own); quiet while failing."""
+        for part in (self.worker, self.scheduler):
+            if part is None:
+                continue
+            try:
+                self.harness._hook("shutdown", part.shutdown)
+            except (ConnectorRaised, HarnessError):
+                if not quiet:
+                    raise
+        self.worker = self.scheduler = None  # type: ignore[assignment]
+
+
+def _held(scheduler: Any, free_at_start: int) -> list[str]:
+    """Blocks not given back once every request of a phase ended and its transfers drained."""
+    held = [f"request {rid!r} ({request.status.name}) still holds its blocks: request_finished returned "
+            "True (an async transfer) and get_finished never reported it, so vLLM never frees them"
+            for rid, request in sorted(scheduler.requests.items())]
+    free = scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
+    if not held and free != free_at_start:
+        held.append(f"{free_at_start - free} block(s) of {free_at_start} are not free once every request ended")
+    return held

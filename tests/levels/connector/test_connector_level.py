@@ -15,6 +15,7 @@ pytestmark = pytest.mark.engine
 
 API_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "connector"}
 ACROSS = {c.id for c in CLAUSES.values() if c.level == "connector" and "persistent" in c.requires}
+PD = {c.id for c in CLAUSES.values() if c.level == "connector" and "pd" in c.requires}
 # Inherited from ExampleConnector's files: fp8 twins share a key, no checksum, and a file it cannot
 # parse raises in the worker instead of being reported (api_load_errors_reported).
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage", "api_load_errors_reported"}
@@ -103,11 +104,40 @@ def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
     assert EXPECTED[connector] <= failing <= EXPECTED[connector] | MAY_FAIL.get(connector, set()), run.output[-3000:]
     assert {c for c, s in statuses.items() if s == "Not exercised"} == NOT_EXERCISED.get(connector, set())
     disabled = {c for c, s in statuses.items() if s == "Disabled"}
-    assert disabled == (ACROSS if connector in IN_ENGINE else set()), run.output[-3000:]
+    assert disabled == (ACROSS if connector in IN_ENGINE else set()) | PD, run.output[-3000:]
     assert set(statuses.values()) <= {"Pass", "Fail", "Not runnable", "Not exercised", "Disabled"}
     for test in run.results["tests"]:
         if test["status"] == "Fail":
             assert test["message"].startswith(f"[{test['clause']}]"), test["message"]
+
+
+# P/D pairs (declared pd only): the positive control and one known-bad per P/D clause, each failing
+# exactly it; every prefix-cache clause is Disabled for them, never failed.
+PD_EXPECTED = {
+    GOOD + "peer:PeerConnector": set(),
+    ZOO + "pd_early_free:EarlyFreeConnector": {"api_pd_roundtrip"},
+    ZOO + "pd_format_blind:FormatBlindConnector": {"api_pd_format_isolation"},
+    ZOO + "pd_peer_raises:PeerRaisesConnector": {"api_pd_lost_peer"},
+}
+PD_SAYS = {
+    "api_pd_roundtrip": "had been given back to vLLM (and reused) by then",
+    "api_pd_format_isolation": "took the other format's bytes as its own",
+    "api_pd_lost_peer": "the connector raised in worker hooks: ConnectionRefusedError",
+}
+
+
+@pytest.mark.parametrize("connector", sorted(PD_EXPECTED))
+def test_a_pd_pair_fails_exactly_what_it_breaks(run_suite, connector):
+    run = run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci",
+                    "--kv-connector-capabilities=pd", '--kv-connector-extra-config={"rendezvous": "{storage}"}',
+                    timeout=600)
+    statuses = run.statuses()
+    assert {c for c, s in statuses.items() if s == "Disabled"} == API_CLAUSES - PD - {"api_requirements"}
+    assert {c for c, s in statuses.items() if s == "Fail"} == PD_EXPECTED[connector], run.output[-3000:]
+    assert {c for c, s in statuses.items() if s == "Pass"} == (PD | {"api_requirements"}) - PD_EXPECTED[connector]
+    for test in run.results["tests"]:
+        if test["status"] == "Fail":
+            assert PD_SAYS[test["clause"]] in test["message"], test["message"]
 
 
 def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):

@@ -38,7 +38,7 @@ class Era(Protocol):
         """The context vLLM's worker builds its connector and registers the caches in."""
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
-                     cache_salt: str | None = None) -> Any: ...
+                     cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None) -> Any: ...
 
     def abort(self, scheduler: Any, request_id: str) -> None:
         """Abort a request the way the engine core does (the scheduler's finish path)."""

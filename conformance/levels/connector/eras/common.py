@@ -69,11 +69,14 @@ class HookEra:
         return set_current_vllm_config(config)
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
-                     cache_salt: str | None = None) -> Any:
+                     cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None) -> Any:
+        """A one-token request, carrying ``kv_transfer_params`` as vLLM's API server hands them over
+        (in the sampling params' ``extra_args``)."""
         from vllm import SamplingParams
         from vllm.v1.request import Request
 
-        params = SamplingParams(max_tokens=1)
+        params = SamplingParams(max_tokens=1,
+                                extra_args={"kv_transfer_params": dict(kv_transfer_params)} if kv_transfer_params else None)
         params.update_from_generation_config({}, 0)
         return Request(request_id=request_id, prompt_token_ids=list(prompt), sampling_params=params,
                        pooling_params=None, block_hasher=self._hasher(block_size), cache_salt=cache_salt)
