@@ -173,6 +173,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "really loaded external KV (external prefix-cache hits > 0); on its first pass, over empty "
            "storage, it claims no external hit",
            requires=_CACHE, needs_load=True),
+    Clause("engine_pd_roundtrip", _ENGINE,
+           "a consumer engine (kv_consumer) whose requests carry the kv_transfer_params a producer engine "
+           "(kv_producer, still serving) returned for the same prompts produces the no-connector "
+           "baseline's greedy tokens and logprob bits (a concurrent batch: within the measured "
+           "batch-composition tolerance), having loaded the prompts' KV (external prefix-cache hits > 0)",
+           requires=_PD, needs_load=True),
     Clause("engine_effective_dtype", _ENGINE,
            "the engines run the requested kv_cache_dtype: vLLM's resolved cache dtype and the KV "
            "tensors it allocated match the KVSpec (no silent fallback to auto)"),

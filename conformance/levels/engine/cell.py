@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from conformance.contract.spec import same_width_twin
 from conformance.levels.engine.baselines import BaselineStore
-from conformance.levels.engine.launch import EngineRun, run_engine
+from conformance.levels.engine.launch import EngineRun, run_engine, serving_engine
 from conformance.levels.subject import ConnectorChoice, LMCacheService
 from conformance.verdict.guard import HarnessError
 
@@ -53,7 +53,10 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
 SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch
 AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
 SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
-STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase)
+STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
+PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
+# Where the P/D connectors vLLM ships read their side channel's port: each engine of a pair gets its own.
+SIDE_CHANNEL_PORTS = ("VLLM_NIXL_SIDE_CHANNEL_PORT", "VLLM_MOONCAKE_BOOTSTRAP_PORT")
 COLD_ROLES = (SAME_ENGINE, "store")  # the first engine over its (empty) storage
 
 
@@ -72,6 +75,7 @@ class EngineCell:
         # for the cross-engine roles, another for the same-engine role, so neither warms the other.
         self.storage = workdir / "storage"
         self.private_storage = workdir / "storage-same-engine"
+        self.pd_storage = workdir / "storage-pd"  # a P/D pair's (its rendezvous, for one that needs it)
         self._world: str | None = None  # which of the two last used the server: a switch restarts it
 
     # -- connector infrastructure ---------------------------------------------------------------
@@ -116,9 +120,12 @@ class EngineCell:
                                 "batches": [self.batches[b] for b in batches]
                                 + [{**self.batches[b], "phase": 1} for b in reload or []]}
         if role is not None:
-            storage = self.private_storage if role == SAME_ENGINE else self.storage
+            storage = {SAME_ENGINE: self.private_storage, **dict.fromkeys(PD_ROLES, self.pd_storage)}.get(
+                role, self.storage)
             storage.mkdir(parents=True, exist_ok=True)
-            spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage))
+            kv_role = {"producer": "kv_producer", "consumer": "kv_consumer"}.get(role)
+            spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage),
+                                                               role=kv_role)
             if load_failure_policy:
                 spec["connector"]["kv_load_failure_policy"] = load_failure_policy
         return spec
@@ -189,6 +196,29 @@ class EngineCell:
         self.runs[role] = engine
         return engine
 
+    def run_pd(self) -> tuple[EngineRun, EngineRun | None]:
+        """A P/D pair, as vLLM's disaggregated proxy drives it: the producer engine (kv_producer)
+        prefills the stored batches, each request with ``do_remote_decode`` and one token; while it
+        keeps serving, the consumer engine (kv_consumer) runs the same prompts, each handed the
+        kv_transfer_params the producer's output returned. Each engine gets its own side-channel
+        ports (``SIDE_CHANNEL_PORTS``). No consumer (None) when the producer failed."""
+        if "producer" in self.runs:
+            return self.runs["producer"], self.runs.get("consumer")
+        producer_spec = {**self._spec(self.kv_cache_dtype, "producer", STORED), "max_tokens": 1,
+                         "kv_transfer_params": {"do_remote_decode": True}}
+        engines = self.workdir / "engines"
+        with serving_engine(producer_spec, engines, "producer", timeout_s=self.timeout_s, python=self.python,
+                            env=_side_channels()) as producer:
+            self.runs["producer"] = producer
+            if not producer.ok:
+                return producer, None
+            spec = self._spec(self.kv_cache_dtype, "consumer", STORED)
+            for batch in spec["batches"]:
+                batch["kv_transfer_params"] = [r["kv_transfer_params"] for r in producer.requests(batch["name"])]
+            self.runs["consumer"] = run_engine(spec, engines, "consumer", timeout_s=self.timeout_s,
+                                               python=self.python, env=_side_channels())
+        return producer, self.runs["consumer"]
+
     def baseline(self, role: str = "baseline") -> EngineRun:
         """A no-connector run; its failure means vLLM cannot run this cell here at all."""
         engine = self.run(role)
@@ -212,6 +242,18 @@ class EngineCell:
                        **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
                 for role, r in self.runs.items()} | {
             "lmcache_server_ready_s": self.server.ready_s if self.server else None}
+
+
+def _side_channels() -> dict[str, str]:
+    """A free port for each side channel a P/D engine may listen on."""
+    import socket
+
+    ports = {}
+    for name in SIDE_CHANNEL_PORTS:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports[name] = str(s.getsockname()[1])
+    return ports
 
 
 @dataclass(frozen=True)

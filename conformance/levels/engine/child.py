@@ -6,11 +6,17 @@ process leaves through ``os._exit`` so that no teardown can hang it.
 
 SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``,
 ``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
-``[{"name", "prompts": [[token ids]], "together": bool, "phase": int, "cache_salt": str}]``; a batch ``together`` is
+``[{"name", "prompts": [[token ids]], "together": bool, "phase": int, "cache_salt": str,
+"kv_transfer_params": [one dict per prompt]}]``; a batch ``together`` is
 submitted in one ``generate`` call (concurrent requests), otherwise prompt by prompt. Before the
 first batch of each later phase the engine's own prefix cache is reset (``reset_prefix_cache``),
 so what comes back in that phase comes back through the connector.
 Logprobs are recorded as ``float.hex`` strings: compared as bits, never as floats.
+
+A P/D producer's spec has ``kv_transfer_params`` (what every request carries: ``do_remote_decode``)
+and ``serve_until`` (a path): once its batches are done it writes RESULT.json, with the params
+each request's output returned, and keeps its engine stepping, serving the consumer, until that
+path exists.
 """
 
 from __future__ import annotations
@@ -76,7 +82,8 @@ def _record(output: Any, batch: str, idx: int, group: int, delta: dict[str, floa
             "prompt_len": len(output.prompt_token_ids or []),
             "tokens": list(completion.token_ids), "steps": steps,
             "finish_reason": str(completion.finish_reason),
-            "num_cached_tokens": output.num_cached_tokens, "counters_delta": delta}
+            "num_cached_tokens": output.num_cached_tokens, "counters_delta": delta,
+            "kv_transfer_params": getattr(output, "kv_transfer_params", None)}
 
 
 def _unshadow_llvmlite() -> None:
@@ -141,8 +148,11 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
                           "kv_tensor_dtype": _kv_tensor_dtype(llm),
                           "use_mla": bool(getattr(model_config, "use_mla", False)),
                           "device": _device_type()}
-    params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 8),
-                            logprobs=spec.get("logprobs", 5), ignore_eos=True, seed=0)
+    def params(transfer: dict[str, Any] | None) -> Any:
+        extra = {"extra_args": {"kv_transfer_params": dict(transfer)}} if transfer else {}
+        return SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 8),
+                              logprobs=spec.get("logprobs", 5), ignore_eos=True, seed=0, **extra)
+
     records, timings, resets, phase = [], {}, [], 0
     for batch in spec["batches"]:
         if batch.get("phase", 0) != phase:
@@ -151,11 +161,13 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         t = time.perf_counter()
         salt = {"cache_salt": batch["cache_salt"]} if batch.get("cache_salt") else {}
         prompts = [TokensPrompt(prompt_token_ids=p, **salt) for p in batch["prompts"]]
-        groups = [prompts] if batch.get("together") else [[p] for p in prompts]
+        transfers = batch.get("kv_transfer_params") or [spec.get("kv_transfer_params")] * len(prompts)
+        pairs = list(zip(prompts, map(params, transfers)))
+        groups = [pairs] if batch.get("together") else [[p] for p in pairs]
         idx = 0
         for g, group in enumerate(groups):
             before = _counters(llm)
-            outputs = llm.generate(group, params, use_tqdm=False)
+            outputs = llm.generate([p for p, _ in group], [sp for _, sp in group], use_tqdm=False)
             after = _counters(llm)
             delta = {k.split(":")[1]: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
             for out in outputs:
@@ -167,11 +179,30 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["t_batches_s"] = timings
     result["counters"] = _counters(llm)
     result["ok"] = True
+    if spec.get("serve_until"):
+        _serve(llm, spec, result)
+
+
+def _serve(llm: Any, spec: dict[str, Any], result: dict[str, Any]) -> None:
+    """A P/D producer: say it is ready (its result, with each request's kv_transfer_params), then
+    keep the engine stepping (finished transfers reported, held blocks freed) until released."""
+    _write(spec["result_path"], result)
+    deadline = time.monotonic() + spec.get("serve_s", 600)
+    while not os.path.exists(spec["serve_until"]) and time.monotonic() < deadline:
+        llm.llm_engine.step()
+        time.sleep(0.01)
+
+
+def _write(path: str, result: dict[str, Any]) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)  # the parent never reads half a file
 
 
 def main() -> None:
     spec_path, result_path = sys.argv[1], sys.argv[2]
     spec = json.loads(open(spec_path).read())
+    spec["result_path"] = result_path
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # In-process engine core: 4-5x cheaper to start than vLLM's default EngineCore process and a
@@ -184,8 +215,8 @@ def main() -> None:
     except BaseException as exc:  # everything becomes data for the parent
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()[-6000:]
-    with open(result_path, "w") as f:
-        json.dump(result, f)
+    if not (result["ok"] and spec.get("serve_until")):  # a producer wrote its result when it was ready
+        _write(result_path, result)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if result["ok"] else 3)

@@ -11,7 +11,15 @@ message names it. Prompts served one by one are always compared as bits.
 import pytest
 
 from conformance.contract.spec import KVSpec
-from conformance.levels.engine.cell import COLD_ROLES, SALT, SAME_ENGINE, NotRunnable, compare_runs, external_hits
+from conformance.levels.engine.cell import (
+    COLD_ROLES,
+    SALT,
+    SAME_ENGINE,
+    STORED,
+    NotRunnable,
+    compare_runs,
+    external_hits,
+)
 from conformance.levels.subject import cannot_run_here
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load
@@ -32,13 +40,7 @@ def _not_runnable(exc: NotRunnable):
 def _connector_run(cell, role, clause_id, cold_check=True):
     """A connector engine's run; its failure is the connector's (Fail), with the engine's log. The
     first engine over empty storage must claim no external hit (``cold_check``)."""
-    engine = cell.run(role)
-    if not engine.ok:
-        if engine.timed_out:
-            raise HarnessError(engine.describe_failure())
-        if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
-            _not_runnable(NotRunnable(cannot_run_here(cell.connector.label, f"engine {role}: {engine.error}")))
-        raise ClauseViolation(clause_id, f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
+    engine = _vetted(cell, cell.run(role), clause_id)
     claimed = external_hits(engine.phase(0), "boundaries") if cold_check and role in COLD_ROLES else 0
     if claimed:
         raise ClauseViolation(clause_id, (
@@ -46,6 +48,29 @@ def _connector_run(cell, role, clause_id, cold_check=True):
             f"counted {claimed:g} external prefix-cache hit tokens for prompts no engine had seen (served one by "
             "one); whatever it loaded there is not KV any engine computed"))
     return engine
+
+
+def _vetted(cell, engine, clause_id):
+    """``engine``'s run, if it ran: one that could not start with the connector is Not runnable, one
+    killed at its deadline an Error, any other failure the connector's (Fail, with the engine's log)."""
+    if not engine.ok:
+        if engine.timed_out:
+            raise HarnessError(engine.describe_failure())
+        if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
+            _not_runnable(NotRunnable(cannot_run_here(cell.connector.label, f"engine {engine.role}: {engine.error}")))
+        raise ClauseViolation(clause_id, f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
+    return engine
+
+
+def _pd_pair(cell, clause_id):
+    """(baseline, producer, consumer) of the cell's P/D pair; Not runnable when vLLM cannot run the cell."""
+    try:
+        base = cell.baseline()
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    producer, consumer = cell.run_pd()
+    _vetted(cell, producer, clause_id)
+    return base, producer, _vetted(cell, consumer, clause_id)
 
 
 def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
@@ -123,9 +148,13 @@ def test_engine_effective_dtype(cell):
     except NotRunnable as exc:
         _not_runnable(exc)
     want = KVSpec(kv_cache_dtype=cell.kv_cache_dtype, model_dtype="bfloat16").storage_dtype
-    across = ("store", "load") if "persistent" in cell.connector.capabilities else ()
-    for role in (SAME_ENGINE, *across):  # the connector engines the cell runs anyway
-        engine = _connector_run(cell, role, "engine_effective_dtype", cold_check=False)
+    applies = cell.connector.applies
+    roles = ((SAME_ENGINE,) if "cache" in applies else ()) + (("store", "load") if "persistent" in applies else ())
+    engines = [_connector_run(cell, role, "engine_effective_dtype", cold_check=False) for role in roles]
+    if "pd" in applies:
+        engines += _pd_pair(cell, "engine_effective_dtype")[1:]
+    for engine in engines:  # the connector engines the cell runs anyway
+        role = engine.role
         resolved = engine.result["resolved"]
         if resolved["cache_dtype"] != cell.kv_cache_dtype:
             raise ClauseViolation("engine_effective_dtype", (
@@ -212,3 +241,17 @@ def test_engine_load_failure_recompute(cell):
             f"{len(failed)} request(s) ({', '.join(failed[:5])}) instead of recomputing their KV"))
     _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], cid,
                f"after the suite {cell.loss}, the engine recomputing with kv_load_failure_policy=recompute")
+
+
+@clause("engine_pd_roundtrip")
+def test_engine_pd_roundtrip(cell):
+    cid = "engine_pd_roundtrip"
+    base, producer, consumer = _pd_pair(cell, cid)
+    unhanded = [f"{r['batch']}[{r['idx']}]" for b in STORED for r in producer.requests(b) if not r["kv_transfer_params"]]
+    if unhanded:
+        raise ClauseViolation(cid, (
+            f"the producer engine returned no kv_transfer_params for {len(unhanded)} request(s) it prefilled with "
+            f"do_remote_decode ({', '.join(unhanded[:4])}): vLLM's proxy has nothing to hand the consumer"))
+    hits = external_hits(consumer)
+    _identical(cell, consumer, base, STORED, cid,
+               f"the consumer engine, handed the producer's kv_transfer_params ({hits:g} external hit tokens),")
