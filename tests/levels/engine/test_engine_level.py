@@ -6,6 +6,7 @@ needs vLLM importable by ``--kv-engine-python`` ($KVCONFORM_ENGINE_PYTHON, defau
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -27,6 +28,8 @@ ZOO_DTYPE = "fp8_e5m2" if FP8_KV_RUNS_HERE else "auto"
 PASSING = {"engine_same_engine_reload", "engine_store_then_load", "engine_effective_dtype",
            "engine_block_boundaries", "engine_concurrent_requests", "engine_lost_storage"}
 ACROSS = {c.id for c in CLAUSES.values() if c.level == "engine" and "persistent" in c.requires}
+PD = {c.id for c in CLAUSES.values() if c.level == "engine" and "pd" in c.requires}
+ENGINE_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "engine"}
 
 
 def engine_suite(run_suite, connector: str, dtype: str, *extra: str, persistent: bool = True):
@@ -105,7 +108,7 @@ def test_a_cache_inside_its_engine_gets_no_false_fail(run_suite):
     design); within its engine it must load what it stored."""
     run = engine_suite(run_suite, "conformance.zoo.good.in_engine:InEngineConnector", "auto", persistent=False)
     statuses = run.statuses()
-    assert {c for c, s in statuses.items() if s == "Disabled"} == ACROSS, run.output[-4000:]
+    assert {c for c, s in statuses.items() if s == "Disabled"} == ACROSS | PD, run.output[-4000:]
     assert statuses["engine_same_engine_reload"] == statuses["engine_effective_dtype"] == "Pass", run.output[-4000:]
     assert statuses["engine_cache_salt"] == "Pass", run.output[-4000:]  # its key carries the salt
     assert run.results["connector"]["capabilities"] == []
@@ -188,3 +191,25 @@ def test_vllms_offloading_connector_reloads_within_its_engine(run_suite):
     run = engine_suite(run_suite, "OffloadingConnector", "auto", f"--kv-connector-extra-config={extra}",
                        "-k", "same_engine", persistent=False)
     assert run.statuses() == {"engine_same_engine_reload": "Pass"}, run.output[-4000:]
+
+
+@pytest.mark.parametrize("connector, extra, verdict", [
+    # vLLM's own P/D connector, NIXL over UCX between the two engines' CPU DRAM (nixl's wheels need no GPU).
+    ("NixlConnector", {"backends": ["UCX"]}, "Pass"),
+    ("conformance.zoo.good.peer:PeerConnector", {"rendezvous": "{storage}"}, "Pass"),
+    ("conformance.zoo.connectors.pd_reversed_blocks:ReversedBlocksPeerConnector", {"rendezvous": "{storage}"},
+     "Fail"),
+])
+def test_a_pd_pair_hands_kv_from_producer_to_consumer(run_suite, connector, extra, verdict):
+    """A producer engine and a consumer engine, the consumer handed the producer's kv_transfer_params:
+    every prompt loaded and the baseline's bits; the prefix-cache clauses are Disabled, never failed."""
+    run = engine_suite(run_suite, connector, "auto", f"--kv-connector-extra-config={json.dumps(extra)}",
+                       "--kv-connector-capabilities=pd", persistent=False)
+    statuses = run.statuses()
+    applies = PD | {"engine_effective_dtype"}
+    assert statuses == {**dict.fromkeys(ENGINE_CLAUSES - applies, "Disabled"), "engine_effective_dtype": "Pass",
+                        "engine_pd_roundtrip": verdict}, run.output[-4000:]
+    (test,) = [t for t in run.results["tests"] if t["clause"] == "engine_pd_roundtrip"]
+    if verdict == "Fail":
+        assert "handed the producer's kv_transfer_params" in test["message"] and "differs" in test["message"]
+    assert {"producer", "consumer"} <= set(run.results["connector"]["engine_timings"])
