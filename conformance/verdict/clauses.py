@@ -179,6 +179,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "baseline's greedy tokens and logprob bits (a concurrent batch: within the measured "
            "batch-composition tolerance), having loaded the prompts' KV (external prefix-cache hits > 0)",
            requires=_PD, needs_load=True),
+    Clause("engine_hma_groups", _ENGINE,
+           "on a hybrid model (a sliding-window layer beside a full-attention one), vLLM keeps its hybrid "
+           "KV cache manager on with the connector: every connector engine has the KV cache groups the "
+           "no-connector baseline has, so the other clauses judge the connector through all of them",
+           requires=frozenset({"hma"})),
     Clause("engine_effective_dtype", _ENGINE,
            "the engines run the requested kv_cache_dtype: vLLM's resolved cache dtype and the KV "
            "tensors it allocated match the KVSpec (no silent fallback to auto)"),

@@ -67,6 +67,16 @@ def _kv_tensor_dtype(llm: Any) -> str:
         return f"unknown ({type(exc).__name__})"
 
 
+def _kv_cache_groups(llm: Any) -> list[str] | str:
+    """The KV cache groups the engine's scheduler manages (one per attention type when vLLM's hybrid
+    KV cache manager is on), by spec type; best effort, as ``_kv_tensor_dtype``."""
+    try:
+        config = llm.llm_engine.engine_core.engine_core.scheduler.kv_cache_config
+        return [type(group.kv_cache_spec).__name__ for group in config.kv_cache_groups]
+    except Exception as exc:
+        return f"unknown ({type(exc).__name__})"
+
+
 def _device_type() -> str:
     from vllm.platforms import current_platform
 
@@ -147,6 +157,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
                           "kv_cache_layout": str(getattr(cache, "kv_cache_layout", None)),
                           "kv_tensor_dtype": _kv_tensor_dtype(llm),
                           "use_mla": bool(getattr(model_config, "use_mla", False)),
+                          "kv_cache_groups": _kv_cache_groups(llm),
                           "device": _device_type()}
     def params(transfer: dict[str, Any] | None) -> Any:
         extra = {"extra_args": {"kv_transfer_params": dict(transfer)}} if transfer else {}

@@ -73,6 +73,17 @@ def _pd_pair(cell, clause_id):
     return base, producer, _vetted(cell, consumer, clause_id)
 
 
+def _connector_engines(cell, clause_id):
+    """The connector engines the cell runs anyway, for the clauses that check every engine: the
+    same-engine one (a prefix cache), the store and load ones (persistent), the P/D pair."""
+    applies = cell.connector.applies
+    roles = ((SAME_ENGINE,) if "cache" in applies else ()) + (("store", "load") if "persistent" in applies else ())
+    engines = [_connector_run(cell, role, clause_id, cold_check=False) for role in roles]
+    if "pd" in applies:
+        engines += _pd_pair(cell, clause_id)[1:]
+    return engines
+
+
 def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
     """Raise unless ``got``'s outputs match ``want``'s; ``skip_failed`` exempts requests the engine
     failed (finish_reason "error"): a clear failure, not an output."""
@@ -148,11 +159,7 @@ def test_engine_effective_dtype(cell):
     except NotRunnable as exc:
         _not_runnable(exc)
     want = KVSpec(kv_cache_dtype=cell.kv_cache_dtype, model_dtype="bfloat16").storage_dtype
-    applies = cell.connector.applies
-    roles = ((SAME_ENGINE,) if "cache" in applies else ()) + (("store", "load") if "persistent" in applies else ())
-    engines = [_connector_run(cell, role, "engine_effective_dtype", cold_check=False) for role in roles]
-    if "pd" in applies:
-        engines += _pd_pair(cell, "engine_effective_dtype")[1:]
+    engines = _connector_engines(cell, "engine_effective_dtype")
     for engine in engines:  # the connector engines the cell runs anyway
         role = engine.role
         resolved = engine.result["resolved"]
@@ -255,3 +262,25 @@ def test_engine_pd_roundtrip(cell):
     hits = external_hits(consumer)
     _identical(cell, consumer, base, STORED, cid,
                f"the consumer engine, handed the producer's kv_transfer_params ({hits:g} external hit tokens),")
+
+
+@clause("engine_hma_groups")
+def test_engine_hma_groups(cell):
+    cid = "engine_hma_groups"
+    try:
+        base = cell.baseline()
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    want = base.result["resolved"].get("kv_cache_groups")
+    if not isinstance(want, list):
+        raise HarnessError(f"the baseline engine's KV cache groups could not be read: {want}")
+    if len(want) < 2:
+        _not_runnable(NotRunnable(f"{cell.model.name} has one KV cache group ({want[0]}): the hybrid KV cache "
+                                  "manager needs a hybrid model, e.g. --kv-model gemma3-hybrid-tiny"))
+    for engine in _connector_engines(cell, cid):
+        got = engine.result["resolved"].get("kv_cache_groups")
+        if got != want:
+            raise ClauseViolation(cid, (
+                f"engine {engine.role}: KV cache groups {got}, but the no-connector baseline has {want}: vLLM "
+                f"turned its hybrid KV cache manager off for {cell.connector.label}, which declares hma (vLLM "
+                "keeps it on only for a connector that subclasses SupportsHMA)"))

@@ -13,7 +13,7 @@ class PeerRaisesConnector(PeerConnector):
                 self._pull(load)
                 failed = set()
             except ValueError:  # a refusal is reported; a lost connection (OSError) escapes
-                failed = set(load["local"])
+                failed = {block for group in load["local"] for block in group}
             with self._lock:
                 self._failed |= failed
                 self._received.add(load["request_id"])

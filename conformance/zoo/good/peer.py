@@ -17,7 +17,10 @@ a TCP socket instead of NIXL, so that it runs on a CPU-only machine:
 The producer's worker publishes its port in the ``rendezvous`` directory of its extra config (the
 suite passes ``{storage}``; ``shared_storage_path`` is read when it is absent), where its scheduler
 side reads it: in vLLM they may be different processes. Caches are block-major (each layer's tensor
-indexed by block id first, as vLLM's CPU backend allocates them).
+indexed by block id first, as vLLM's CPU backend allocates them). It supports vLLM's hybrid KV
+cache manager (``SupportsHMA``): block ids travel per KV cache group, each layer is read and written
+through its own group's blocks, and a sliding-window group's null blocks (outside the window) are
+skipped.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
-    KVConnectorRole,
+    SupportsHMA,
 )
 
 HOST = "127.0.0.1"
+NULL_BLOCK = 0  # vLLM's null block: a sliding-window group's slot outside the window
 
 
 @dataclass
@@ -45,7 +49,7 @@ class PeerMetadata(KVConnectorMetadata):
     loads: list[dict[str, Any]] = field(default_factory=list)  # one per request to pull this step
 
 
-class PeerConnector(KVConnectorBase_V1):
+class PeerConnector(KVConnectorBase_V1, SupportsHMA):
     DELAY_FREE = True  # the producer keeps a request's blocks until its consumer has them
     CHECK_DTYPE = True  # the producer refuses a consumer of another kv_cache_dtype
     SAFE_PULL = True  # a pull that fails is a reported load error, never an exception
@@ -65,6 +69,8 @@ class PeerConnector(KVConnectorBase_V1):
         self._loads: list[dict[str, Any]] = []
         # worker side
         self._caches: dict[str, torch.Tensor] = {}
+        groups = kv_cache_config.kv_cache_groups if kv_cache_config is not None else []
+        self._group_of = {name: g for g, group in enumerate(groups) for name in group.layer_names}
         self._lock = threading.Lock()
         self._pulled: set[str] = set()  # producer: requests whose consumer has them
         self._finished_at: dict[str, float] = {}  # producer: when vLLM said the request finished
@@ -91,9 +97,14 @@ class PeerConnector(KVConnectorBase_V1):
             return
         first = local // self._block_size
         count = -(-len(request.prompt_token_ids) // self._block_size) - first
+        # per group, the (local, remote) block pairs to copy: a null block on either side (a sliding
+        # window's slot outside the window) has nothing to copy
+        pairs = [[(lo, re) for lo, re in zip(list(mine)[first:first + count], list(theirs)[first:first + count])
+                  if NULL_BLOCK not in (lo, re)]
+                 for mine, theirs in zip(blocks.get_block_ids(), params["remote_block_ids"])]
         self._loads.append({"request_id": request.request_id, "params": dict(params),
-                            "local": list(blocks.get_block_ids()[0])[first:first + count],
-                            "remote": list(params["remote_block_ids"])[first:first + count]})
+                            "local": [[lo for lo, _ in group] for group in pairs],
+                            "remote": [[re for _, re in group] for group in pairs]})
         params["do_remote_prefill"] = False  # loaded once: a re-admitted request recomputes
 
     def build_connector_meta(self, scheduler_output):
@@ -101,6 +112,9 @@ class PeerConnector(KVConnectorBase_V1):
         return meta
 
     def request_finished(self, request, block_ids):
+        return self.request_finished_all_groups(request, (block_ids,))
+
+    def request_finished_all_groups(self, request, block_ids):
         params = request.kv_transfer_params or {}
         if not (self._producer and params.get("do_remote_decode")):
             return False, None
@@ -110,7 +124,8 @@ class PeerConnector(KVConnectorBase_V1):
             port = int(f.read())
         return self.DELAY_FREE, {"do_remote_prefill": True, "do_remote_decode": False,
                                  "remote_engine_id": self._engine_id, "remote_request_id": request.request_id,
-                                 "remote_host": HOST, "remote_port": port, "remote_block_ids": list(block_ids)}
+                                 "remote_host": HOST, "remote_port": port,
+                                 "remote_block_ids": [list(ids) for ids in block_ids]}
 
     # --- worker side --------------------------------------------------------------------------
     def register_kv_caches(self, kv_caches):
@@ -145,9 +160,8 @@ class PeerConnector(KVConnectorBase_V1):
                                      f"consumer asked for {ask['kv_cache_dtype']}"}).encode() + b"\n")
             stream.flush()
         else:
-            index = torch.tensor(ask["block_ids"], dtype=torch.long)
-            chunks = [self._caches[name][index].contiguous().view(torch.uint8).flatten().numpy().tobytes()
-                      for name in sorted(self._caches)]
+            chunks = [self._caches[name][self._index(ask["block_ids"], name)].contiguous().view(torch.uint8)
+                      .flatten().numpy().tobytes() for name in sorted(self._caches)]
             stream.write(json.dumps({"ok": True, "sizes": [len(c) for c in chunks]}).encode() + b"\n")
             for chunk in chunks:
                 stream.write(chunk)
@@ -170,8 +184,8 @@ class PeerConnector(KVConnectorBase_V1):
         failed: set[int] = set()
         try:
             self._pull(load)
-        except (OSError, ValueError, RuntimeError):
-            failed = set(load["local"])
+        except Exception:  # whatever went wrong, the blocks are reported and vLLM recomputes them
+            failed = {block for group in load["local"] for block in group}
         with self._lock:  # the failed blocks are reported no later than the finished load
             self._failed |= failed
             self._received.add(load["request_id"])
@@ -186,16 +200,21 @@ class PeerConnector(KVConnectorBase_V1):
             head = json.loads(stream.readline())
             if not head["ok"]:
                 raise ValueError(head["error"])
-            index = torch.tensor(load["local"], dtype=torch.long)
             for name, size in zip(sorted(self._caches), head["sizes"]):
                 data = stream.read(size)
                 if len(data) != size:
                     raise ValueError(f"{name}: {len(data)} of {size} bytes")
-                cache = self._caches[name]
+                cache, index = self._caches[name], self._index(load["local"], name)
+                if not size:
+                    continue
                 block = cache[index]
                 cache[index] = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(cache.dtype).view(block.shape)
             stream.write(b"done\n")
             stream.flush()
+
+    def _index(self, per_group: list[list[int]], name: str) -> torch.Tensor:
+        """The block ids of the layer's own KV cache group."""
+        return torch.tensor(per_group[self._group_of.get(name, 0)], dtype=torch.long)
 
     def wait_for_layer_load(self, layer_name):
         pass

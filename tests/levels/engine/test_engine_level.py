@@ -193,23 +193,43 @@ def test_vllms_offloading_connector_reloads_within_its_engine(run_suite):
     assert run.statuses() == {"engine_same_engine_reload": "Pass"}, run.output[-4000:]
 
 
-@pytest.mark.parametrize("connector, extra, verdict", [
-    # vLLM's own P/D connector, NIXL over UCX between the two engines' CPU DRAM (nixl's wheels need no GPU).
-    ("NixlConnector", {"backends": ["UCX"]}, "Pass"),
-    ("conformance.zoo.good.peer:PeerConnector", {"rendezvous": "{storage}"}, "Pass"),
-    ("conformance.zoo.connectors.pd_reversed_blocks:ReversedBlocksPeerConnector", {"rendezvous": "{storage}"},
-     "Fail"),
+NIXL = ("NixlConnector", {"backends": ["UCX"]})  # NIXL over UCX between the engines' CPU DRAM (no GPU)
+PEER = {"rendezvous": "{storage}"}
+
+
+@pytest.mark.parametrize("connector, extra, model, capabilities, verdicts", [
+    (*NIXL, "qwen3-tiny", "pd", {"engine_pd_roundtrip": "Pass"}),
+    # a hybrid model: a sliding-window group beside a full-attention one, handed over group by group
+    (*NIXL, "gemma3-hybrid-tiny", "pd,hma", {"engine_pd_roundtrip": "Pass", "engine_hma_groups": "Pass"}),
+    ("conformance.zoo.good.peer:PeerConnector", PEER, "gemma3-hybrid-tiny", "pd,hma",
+     {"engine_pd_roundtrip": "Pass", "engine_hma_groups": "Pass"}),
+    ("conformance.zoo.connectors.pd_reversed_blocks:ReversedBlocksPeerConnector", PEER, "qwen3-tiny", "pd",
+     {"engine_pd_roundtrip": "Fail"}),
+    ("conformance.zoo.connectors.pd_first_group_only:FirstGroupOnlyConnector", PEER, "gemma3-hybrid-tiny", "pd,hma",
+     {"engine_pd_roundtrip": "Fail", "engine_hma_groups": "Pass"}),
 ])
-def test_a_pd_pair_hands_kv_from_producer_to_consumer(run_suite, connector, extra, verdict):
+def test_a_pd_pair_hands_kv_from_producer_to_consumer(run_suite, connector, extra, model, capabilities, verdicts):
     """A producer engine and a consumer engine, the consumer handed the producer's kv_transfer_params:
-    every prompt loaded and the baseline's bits; the prefix-cache clauses are Disabled, never failed."""
+    every prompt loaded and the baseline's bits, through every KV cache group; the prefix-cache
+    clauses are Disabled, never failed."""
     run = engine_suite(run_suite, connector, "auto", f"--kv-connector-extra-config={json.dumps(extra)}",
-                       "--kv-connector-capabilities=pd", persistent=False)
+                       f"--kv-connector-capabilities={capabilities}", f"--kv-model={model}", persistent=False)
     statuses = run.statuses()
-    applies = PD | {"engine_effective_dtype"}
+    applies = {"engine_effective_dtype", *verdicts}
     assert statuses == {**dict.fromkeys(ENGINE_CLAUSES - applies, "Disabled"), "engine_effective_dtype": "Pass",
-                        "engine_pd_roundtrip": verdict}, run.output[-4000:]
+                        **verdicts}, run.output[-4000:]
     (test,) = [t for t in run.results["tests"] if t["clause"] == "engine_pd_roundtrip"]
-    if verdict == "Fail":
+    if verdicts["engine_pd_roundtrip"] == "Fail":
         assert "handed the producer's kv_transfer_params" in test["message"] and "differs" in test["message"]
     assert {"producer", "consumer"} <= set(run.results["connector"]["engine_timings"])
+
+
+def test_a_connector_that_declares_hma_without_supporting_it_is_flagged(run_suite):
+    """vLLM turns its hybrid KV cache manager off for a connector that is not SupportsHMA: a hybrid
+    model then runs in one group, and a declared hma is a Fail that says so."""
+    run = engine_suite(run_suite, "conformance.zoo.good.in_engine:InEngineConnector", "auto",
+                       "--kv-connector-capabilities=hma", "--kv-model=gemma3-hybrid-tiny", "-k", "hma_groups",
+                       persistent=False)
+    (test,) = run.results["tests"]
+    assert test["status"] == "Fail" and "subclasses SupportsHMA" in test["message"], test
+    assert "['SlidingWindowSpec', 'FullAttentionSpec']" in test["message"], test
