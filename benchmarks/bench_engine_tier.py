@@ -7,8 +7,10 @@ engines were started, each engine's process wall time and vLLM start time.
 
     python benchmarks/bench_engine_tier.py [--cell ExampleConnector,auto,persistent ...] [--engine-python PY]
 
-A cell is ``CONNECTOR,KV_CACHE_DTYPE[,CAPABILITIES]`` (capabilities as ``--kv-connector-capabilities``
-takes them, ``+``-separated): a connector declared without ``persistent`` runs the same-engine role only.
+A cell is ``CONNECTOR,KV_CACHE_DTYPE[,CAPABILITIES[,MODEL]]`` (capabilities as
+``--kv-connector-capabilities`` takes them, ``+``-separated; the model recipe, default qwen3-tiny):
+a connector declared without ``persistent`` runs the same-engine role only, one declared ``pd`` the
+producer and consumer engines. Rows of cells not run this time are kept.
 """
 
 from __future__ import annotations
@@ -24,24 +26,30 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run_cell(connector: str, dtype: str, capabilities: str, python: str) -> dict:
+def run_cell(connector: str, dtype: str, capabilities: str, model: str, python: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         started = time.monotonic()
         subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance", "-q", "-p", "no:cacheprovider",
                         f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}", f"--kv-engine-python={python}",
                         f"--kv-connector-capabilities={capabilities.replace('+', ',')}", "--kv-levels=engine",
+                        f"--kv-model={model or 'qwen3-tiny'}",
                         f"--kv-results={out}", f"--basetemp={tmp}/base"], cwd=HERE.parent, capture_output=True)
         wall = time.monotonic() - started
         doc = json.loads(out.read_text())
     timings = doc["connector"]["engine_timings"]
     engines = {k: v for k, v in timings.items() if isinstance(v, dict)}
     return {"connector": connector, "kv_cache_dtype": dtype, "capabilities": capabilities,
+            "model": model or "qwen3-tiny",
             "time_to_verdict_s": round(wall, 1),
             "engine_starts": len(engines), "engines": engines,
             "lmcache_server_ready_s": timings.get("lmcache_server_ready_s"),
             "verdicts": {t["clause"]: t["status"] for t in doc["tests"]},
             "packages": doc["environment"]["packages"], "cpu": doc["environment"]["cpu"]}
+
+
+def _key(row: dict) -> tuple[str, ...]:
+    return row["connector"], row["kv_cache_dtype"], row["capabilities"], row.get("model", "qwen3-tiny")
 
 
 def main() -> None:
@@ -51,10 +59,13 @@ def main() -> None:
     args = parser.parse_args()
     cells = args.cell or ["ExampleConnector,auto,persistent", "ExampleConnector,fp8_e5m2,persistent",
                           "LMCacheMPConnector,auto,persistent", "LMCacheMPConnector,fp8_e5m2,persistent",
-                          "conformance.zoo.good.in_engine:InEngineConnector,auto", "DecodeBenchConnector,auto"]
-    rows = [run_cell(*(c.split(",") + [""])[:3], args.engine_python) for c in cells]
+                          "conformance.zoo.good.in_engine:InEngineConnector,auto", "DecodeBenchConnector,auto",
+                          "NixlConnector,auto,pd", "NixlConnector,auto,pd+hma,gemma3-hybrid-tiny"]
+    rows = [run_cell(*(c.split(",") + ["", ""])[:4], args.engine_python) for c in cells]
     path = HERE / "results" / "engine_tier.json"
-    path.write_text(json.dumps(rows, indent=2) + "\n")
+    kept = json.loads(path.read_text()) if path.is_file() else []
+    ran = {_key(r) for r in rows}
+    path.write_text(json.dumps([r for r in kept if _key(r) not in ran] + rows, indent=2) + "\n")
     for r in rows:
         print(f"{r['connector'][-32:]:<32} {r['kv_cache_dtype']:<9} {r['time_to_verdict_s']:>7}s to verdict, "
               f"{r['engine_starts']} engine starts")

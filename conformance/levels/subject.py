@@ -149,6 +149,24 @@ def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
     return frozenset(names), tolerance
 
 
+# Where the P/D connectors vLLM ships read their side channel's port (NixlConnector's handshake,
+# MooncakeConnector's bootstrap server): each engine (or connector pair) of a P/D pair gets its own,
+# as separate hosts would have.
+SIDE_CHANNEL_PORTS = ("VLLM_NIXL_SIDE_CHANNEL_PORT", "VLLM_MOONCAKE_BOOTSTRAP_PORT")
+
+
+def side_channel_ports() -> dict[str, str]:
+    """A free port for each side channel a P/D engine may listen on, as environment variables."""
+    import socket
+
+    ports = {}
+    for name in SIDE_CHANNEL_PORTS:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports[name] = str(s.getsockname()[1])
+    return ports
+
+
 def implied(capabilities: frozenset[str]) -> frozenset[str]:
     """A connector's declared capabilities plus ``cache``, which every connector but a P/D transfer
     (``pd`` declared without ``cache``) is: a prefix cache is what a connector is by default."""

@@ -9,8 +9,8 @@ are two runs: nothing is shared between them but the connector's own storage.
 
 from __future__ import annotations
 
-import itertools
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +22,7 @@ from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
 from conformance.levels.connector.ledger import Ledger
 from conformance.levels.connector.slots import backing_bytes, copy_tokens, scatter_bytes, views_over
-from conformance.levels.subject import ConnectorChoice
+from conformance.levels.subject import ConnectorChoice, side_channel_ports
 from conformance.verdict.clauses import count_load
 from conformance.verdict.forked import beat, call_forked
 from conformance.verdict.guard import Guarded, HarnessError, StoreTimeout, call_within
@@ -219,7 +219,7 @@ class ConnectorHarness:
         try:
             made = producer.begin(Phase(remote, fills[0], transfer={rid: {"do_remote_decode": True} for rid, _ in remote},
                                         reuse_freed=True), 1)
-            while producer.step(drain=False, until_finished=True):
+            while producer.step(drain=None, until_finished=True):
                 pass
             if producer_gone:
                 producer.end(keep=True)
@@ -230,10 +230,10 @@ class ConnectorHarness:
             loaded = consumer.begin(Phase(list(requests), fills[1], transfer=handed), 1)
             producer.extend()
             busy = True
-            while busy:
-                busy = consumer.step()
-                if not producer_gone:  # the producer's drain clock starts once the consumer is done
-                    busy = producer.step(drain=not busy) or busy
+            while busy:  # the producer's drain starts once the consumer is done: it may hold the blocks of
+                busy = consumer.step()  # a request its consumer never read for a lease (NixlConnector: 30 s)
+                if not producer_gone:
+                    busy = producer.step(drain=None if busy else self.timeout_s) or busy
             consumer.end(keep=False)
             if not producer_gone:
                 producer.end(keep=True)
@@ -316,6 +316,8 @@ class _Pair:
     allocated as the model runner allocates them, the worker-side connector built and registered
     first, then the scheduler with its own; stepped one model-runner step at a time."""
 
+    built = 0  # pairs this process built: a connector that can be built here at all
+
     def __init__(self, harness: ConnectorHarness, *, kv_cache_dtype: str, layout: str, block_size: int,
                  storage: str, scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
                  role: str | None = None) -> None:
@@ -326,6 +328,10 @@ class _Pair:
         self.config = config = harness._setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(harness.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
             block_size=block_size, scheduling=scheduling))
+        required = harness._setup("asking the connector for its KV cache layout", era.required_layout, config)
+        if required is not None and required != layout:  # vLLM allocates the required one: never this draw
+            raise LayoutRefused("get_required_kvcache_layout", NotImplementedError(
+                f"the connector requires the {required} KV cache layout, so vLLM never gives it {layout}"))
         self.mla = bool(config.model_config.use_mla)
         self.block_size = config.cache_config.block_size  # vLLM may override it (CPU MLA needs 16)
         layer_names = [f"model.layers.{i}.self_attn.attn"
@@ -333,7 +339,10 @@ class _Pair:
         kv_cache_config, self.caches = era.allocate(config, layer_names, num_blocks or harness.num_blocks, self.mla)
         self.model_dtype = str(config.model_config.dtype).removeprefix("torch.")
         # vLLM's order: the worker builds its connector and registers the caches, then the engine
-        # core builds the scheduler (whose connector may wait for a service the worker started).
+        # core builds the scheduler (whose connector may wait for a service the worker started) and
+        # hands it the worker's handshake metadata. Each pair has its own side-channel ports, as
+        # the engines of a P/D pair on two hosts would.
+        os.environ.update(side_channel_ports())
         with era.worker_setup(config):
             self.worker = harness._build("worker connector", era.make_worker_connector, config, kv_cache_config)
         self.scheduler: Guarded | None = None
@@ -341,9 +350,12 @@ class _Pair:
             with era.worker_setup(config):
                 harness._setup("register_kv_caches", self.worker.register_kv_caches, self.caches)
             self.scheduler = harness._build("scheduler", era.make_scheduler, config, kv_cache_config)
+            harness._setup("handing the worker's handshake metadata to the scheduler", era.relay_handshake,
+                           self.worker.inner, self.scheduler.inner)
         except BaseException:
             self.close(quiet=True)
             raise
+        _Pair.built += 1
         self.free_at_start = self.scheduler.inner.kv_cache_manager.block_pool.get_num_free_blocks()
         self.ledger = Ledger()
         self.runner = harness._guarded(era, "worker step")  # vLLM's runner code checks the connector's type
@@ -365,9 +377,10 @@ class _Pair:
         for request_id, prompt, *salt in phase.requests:
             self.ledger.admit(request_id)
             h._hook("scheduler", assert_scheduler.add_request,
-                    era.make_request(request_id, prompt, self.block_size, *salt,
+                    era.make_request(request_id, prompt, self.block_size, salt[0] if salt else None,
                                      kv_transfer_params=phase.transfer.get(request_id)))
-        self.phase, self.step_no, self.drained_by = phase, 0, None
+        self.phase, self.step_no = phase, 0
+        self.drained_by: float | None = None
         self.extend()
         return run
 
@@ -375,10 +388,11 @@ class _Pair:
         """Restart the phase's clock (a producer waiting for its consumer)."""
         self.deadline = time.monotonic() + self.harness.timeout_s
 
-    def step(self, *, drain: bool = True, until_finished: bool = False) -> bool:
+    def step(self, *, drain: float | None = DRAIN_S, until_finished: bool = False) -> bool:
         """One step; False once the phase is over: every request ended and its blocks came back, or
-        (``drain``) ``DRAIN_S`` after every request ended (``Run.held`` names the blocks still held),
-        or (``until_finished``) once every request ended. HarnessError at the phase's deadline."""
+        ``drain`` seconds after every request ended (``Run.held`` names the blocks still held; None:
+        not yet draining), or (``until_finished``) once every request ended. HarnessError at the
+        phase's deadline while a request has not ended."""
         h, run, phase, scheduler = self.harness, self.run, self.phase, self.scheduler
         assert run is not None and scheduler is not None
         inner = scheduler.inner
@@ -389,11 +403,11 @@ class _Pair:
         if not inner.get_num_unfinished_requests():
             if until_finished:
                 return False
-            if drain:
-                self.drained_by = self.drained_by or now + DRAIN_S
+            if drain is not None:
+                self.drained_by = self.drained_by or now + drain
                 if now > self.drained_by:
                     return False
-        if now > self.deadline:
+        elif now > self.deadline:
             left = sorted(inner.requests)
             raise HarnessError(f"{h.connector.label}: requests {left} did not finish within {h.timeout_s:g}s "
                                "(an async load or save that never completes?)")

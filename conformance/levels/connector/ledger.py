@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WAITING_FOR_LOAD = "WAITING_FOR_REMOTE_KVS"  # vLLM's RequestStatus of a request whose async load runs
-# KVConnectorOutput field -> what it reports; failed_recving (vLLM >= 0.32) ends a load too.
-REPORTS = {"finished_recving": "load", "failed_recving": "load", "finished_sending": "save"}
+# KVConnectorOutput field -> what it reports. failed_recving (vLLM >= 0.32) marks a load that failed;
+# vLLM's contract (KVConnectorTransferResults): a failed receive also appears in finished_recving,
+# which is what ends the load's wait.
+REPORTS = {"finished_recving": "load", "failed_recving": "failed load", "finished_sending": "save"}
 
 
 @dataclass
@@ -40,7 +42,7 @@ class Ledger:
                 continue
             kept = set()
             for rid in sorted(ids):
-                problem = self._problem(attr, kind, rid, scheduler, step)
+                problem = self._problem(attr, kind, rid, scheduler, step, getattr(output, "finished_recving", None))
                 if problem:
                     self.problems.append(f"pass {self.phase} step {step}: {problem}")
                 else:
@@ -48,8 +50,12 @@ class Ledger:
                     self._seen[(kind, rid)] = f"pass {self.phase} step {step}"
             setattr(output, attr, kept)
 
-    def _problem(self, attr: str, kind: str, rid: str, scheduler: Any, step: int) -> str | None:
+    def _problem(self, attr: str, kind: str, rid: str, scheduler: Any, step: int,
+                 output_recving: Any = None) -> str | None:
         hook = f"get_finished reported request {rid!r} in {attr}"
+        if kind == "failed load" and rid not in (output_recving or ()):
+            return (f"{hook} but not in finished_recving of the same step: vLLM marks the load failed and keeps "
+                    "the request waiting for it forever; a failed receive also appears in finished_recving")
         if (kind, rid) in self._seen:
             return (f"{hook} again (first in {self._seen[(kind, rid)]}): vLLM acts on the first report "
                     f"({'frees the blocks' if kind == 'save' else 'schedules the request'}); a second one "
@@ -61,7 +67,7 @@ class Ledger:
         if kind == "save" and not request.is_finished():
             return (f"{hook} while it is still {request.status.name}: finished_sending is for a finished "
                     "request whose request_finished returned True (its blocks held for an async save)")
-        if kind == "load" and not (request.status.name == WAITING_FOR_LOAD or request.is_finished()):
+        if kind != "save" and not (request.status.name == WAITING_FOR_LOAD or request.is_finished()):
             return (f"{hook} while it is {request.status.name}: finished_recving is for a request whose "
                     "get_num_new_matched_tokens returned load_async=True and that still waits for that load")
         return None

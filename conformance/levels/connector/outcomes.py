@@ -1,5 +1,6 @@
 """How a connector-API example ends in a verdict: the connector's own exceptions are its Fail, a
-layout it declines is rejected, a connector that cannot be built here is Not runnable."""
+layout it declines is rejected, a connector that cannot be built here is Not runnable (and one
+that was built here before, but refuses this example's configuration, declines the example)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,29 @@ from typing import Iterator
 import pytest
 from hypothesis import reject
 
-from conformance.levels.connector.harness import ConnectorRaised, LayoutRefused, NotBuilt, PhantomHit, Run
+from conformance.levels.connector.harness import ConnectorRaised, LayoutRefused, NotBuilt, PhantomHit, Run, _Pair
 from conformance.levels.subject import cannot_run_here
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
 
 @contextmanager
-def connector_faults_fail(clause_id: str, context: str = "") -> Iterator[None]:
+def connector_faults_fail(clause_id: str, context: str = "",
+                          declined: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
     """An exception from the connector's own hooks is the connector's failure (Fail), with its
-    words; ``context`` says what the scenario was doing."""
+    words; ``context`` says what the scenario was doing. ``declined`` are passed through to the
+    caller (a probe that tries the next layout) instead of rejecting the example."""
     try:
         yield
+    except declined:
+        raise
     except LayoutRefused:
         reject()  # a layout this connector declines up front is not one vLLM would give it
     except PhantomHit as exc:
         raise ClauseViolation(clause_id, str(exc)) from exc
     except NotBuilt as exc:
+        if _Pair.built:  # built here before: it declines this example's configuration (a block size)
+            reject()
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}{cannot_run_here('the connector', str(exc))}")
     except ConnectorRaised as exc:
         raise ClauseViolation(clause_id, f"{context}the connector raised in {exc}") from exc

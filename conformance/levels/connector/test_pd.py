@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from conformance.contract.strategies import active_kv_cache_dtypes
 from conformance.levels.connector import checks
-from conformance.levels.connector.harness import Run
+from conformance.levels.connector.harness import LayoutRefused, Run
 from conformance.levels.connector.outcomes import connector_faults_fail, where
 from conformance.levels.connector.scenarios import (
     BLOCK_SIZES,
@@ -71,22 +71,42 @@ def _claimed_unread(loaded: Run) -> dict[str, int]:
 
 @clause("api_pd_roundtrip")
 def test_pd_roundtrip(connector_api):
+    _pd_probe(connector_api)
     _pd_examples(connector_api)
+
+
+def _pd_probe(api) -> None:
+    """A fixed pair first (block size 32, the first layout the connector takes): a connector that
+    cannot be built at all here is Not runnable on it, and one that can may then decline drawn
+    configurations it refuses (a block size) without losing the clause."""
+    ps = unique_prompts(api.vocab_size, 3 * 32 + 5, 2 * 32, seed=45)
+    for layout in api.era.layouts():
+        try:
+            _judged_pd(api, block_size=32, layout=layout, dtype="auto", ps=ps, fills=(seeded_fill(45), seeded_fill(46)),
+                       declined=(LayoutRefused,))
+            return
+        except LayoutRefused:
+            continue
 
 
 @count_examples
 @costly_example_settings()
 @given(data=st.data())
 def _pd_examples(connector_api, data):
-    cid = "api_pd_roundtrip"
     block_size = data.draw(st.sampled_from(BLOCK_SIZES), label="block_size")
     dtype = data.draw(kv_cache_dtypes(), label="kv_cache_dtype")
     layout = data.draw(st.sampled_from(connector_api.era.layouts()), label="layout")
     ps = data.draw(prompts(vocab_size=connector_api.vocab_size, max_len=MAX_PROMPT_BLOCKS * block_size),
                    label="prompts")
-    with connector_faults_fail(cid, "in a P/D pair, "):
-        made, loaded = _pd(connector_api, block_size=block_size, layout=layout, dtype=dtype, stored=ps.stored,
-                           neighbour=ps.neighbour, fills=(filler(data, dtype), filler(data, dtype)))
+    _judged_pd(connector_api, block_size=block_size, layout=layout, dtype=dtype, ps=ps,
+               fills=(filler(data, dtype), filler(data, dtype)))
+
+
+def _judged_pd(api, *, block_size, layout, dtype, ps, fills, declined=()) -> None:
+    cid = "api_pd_roundtrip"
+    with connector_faults_fail(cid, "in a P/D pair, ", declined):
+        made, loaded = _pd(api, block_size=block_size, layout=layout, dtype=dtype, stored=ps.stored,
+                           neighbour=ps.neighbour, fills=fills)
     context = where(loaded, "P/D")
     unhanded = [rid for rid in REMOTE if rid not in made.transfer_params]
     if unhanded:

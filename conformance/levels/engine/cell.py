@@ -20,7 +20,7 @@ from typing import Any, Callable
 from conformance.contract.spec import same_width_twin
 from conformance.levels.engine.baselines import BaselineStore
 from conformance.levels.engine.launch import EngineRun, run_engine, serving_engine
-from conformance.levels.subject import ConnectorChoice, LMCacheService
+from conformance.levels.subject import ConnectorChoice, LMCacheService, side_channel_ports
 from conformance.verdict.guard import HarnessError
 
 VOCAB_LOW, VOCAB_HIGH = 4, 2048
@@ -55,8 +55,6 @@ AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over stora
 SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
-# Where the P/D connectors vLLM ships read their side channel's port: each engine of a pair gets its own.
-SIDE_CHANNEL_PORTS = ("VLLM_NIXL_SIDE_CHANNEL_PORT", "VLLM_MOONCAKE_BOOTSTRAP_PORT")
 COLD_ROLES = (SAME_ENGINE, "store")  # the first engine over its (empty) storage
 
 
@@ -201,14 +199,14 @@ class EngineCell:
         prefills the stored batches, each request with ``do_remote_decode`` and one token; while it
         keeps serving, the consumer engine (kv_consumer) runs the same prompts, each handed the
         kv_transfer_params the producer's output returned. Each engine gets its own side-channel
-        ports (``SIDE_CHANNEL_PORTS``). No consumer (None) when the producer failed."""
+        ports (``side_channel_ports``). No consumer (None) when the producer failed."""
         if "producer" in self.runs:
             return self.runs["producer"], self.runs.get("consumer")
         producer_spec = {**self._spec(self.kv_cache_dtype, "producer", STORED), "max_tokens": 1,
                          "kv_transfer_params": {"do_remote_decode": True}}
         engines = self.workdir / "engines"
         with serving_engine(producer_spec, engines, "producer", timeout_s=self.timeout_s, python=self.python,
-                            env=_side_channels()) as producer:
+                            env=side_channel_ports()) as producer:
             self.runs["producer"] = producer
             if not producer.ok:
                 return producer, None
@@ -216,7 +214,7 @@ class EngineCell:
             for batch in spec["batches"]:
                 batch["kv_transfer_params"] = [r["kv_transfer_params"] for r in producer.requests(batch["name"])]
             self.runs["consumer"] = run_engine(spec, engines, "consumer", timeout_s=self.timeout_s,
-                                               python=self.python, env=_side_channels())
+                                               python=self.python, env=side_channel_ports())
         return producer, self.runs["consumer"]
 
     def baseline(self, role: str = "baseline") -> EngineRun:
@@ -242,18 +240,6 @@ class EngineCell:
                        **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
                 for role, r in self.runs.items()} | {
             "lmcache_server_ready_s": self.server.ready_s if self.server else None}
-
-
-def _side_channels() -> dict[str, str]:
-    """A free port for each side channel a P/D engine may listen on."""
-    import socket
-
-    ports = {}
-    for name in SIDE_CHANNEL_PORTS:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports[name] = str(s.getsockname()[1])
-    return ports
 
 
 @dataclass(frozen=True)

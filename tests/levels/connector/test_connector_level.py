@@ -114,6 +114,8 @@ def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
 # P/D pairs (declared pd only): the positive control and one known-bad per P/D clause, each failing
 # exactly it, with what its message must say; every prefix-cache clause is Disabled for them.
 PD_EXPECTED = {
+    # vLLM's own, NIXL over UCX between the two pairs' CPU DRAM (no GPU)
+    "NixlConnector": {},
     GOOD + "peer:PeerConnector": {},
     ZOO + "pd_early_free:EarlyFreeConnector": {"api_pd_roundtrip": "had been given back to vLLM (and reused)"},
     ZOO + "pd_reversed_blocks:ReversedBlocksPeerConnector": {
@@ -126,9 +128,9 @@ PD_EXPECTED = {
 
 @pytest.mark.parametrize("connector", sorted(PD_EXPECTED))
 def test_a_pd_pair_fails_exactly_what_it_breaks(run_suite, connector):
+    extra = '{"backends": ["UCX"]}' if connector == "NixlConnector" else '{"rendezvous": "{storage}"}'
     run = run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci",
-                    "--kv-connector-capabilities=pd", '--kv-connector-extra-config={"rendezvous": "{storage}"}',
-                    timeout=600)
+                    "--kv-connector-capabilities=pd", f"--kv-connector-extra-config={extra}", timeout=900)
     statuses, expected = run.statuses(), PD_EXPECTED[connector]
     assert {c for c, s in statuses.items() if s == "Disabled"} == API_CLAUSES - PD - {"api_requirements"}
     assert {c for c, s in statuses.items() if s == "Fail"} == set(expected), run.output[-3000:]

@@ -52,3 +52,20 @@ def test_a_request_id_may_come_back_once_vllm_freed_it():
     out = _output(sending={"a"})
     ledger.vet(out, _scheduler(a="FINISHED_STOPPED"), step=5)
     assert out.finished_sending == {"a"} and ledger.problems == []
+
+
+def test_a_failed_receive_comes_with_its_finished_receive():
+    """vLLM 0.32's contract (KVConnectorTransferResults): a failed receive also appears in
+    finished_recving, which ends the wait; both in one step is one report, not two."""
+    ledger, out = Ledger(), _output(recving={"a"})
+    out.failed_recving = {"a"}
+    ledger.vet(out, _scheduler(a="WAITING_FOR_REMOTE_KVS"), step=4)
+    assert (out.finished_recving, out.failed_recving, ledger.problems) == ({"a"}, {"a"}, [])
+
+
+def test_a_failed_receive_alone_leaves_the_request_waiting_and_is_named():
+    ledger, out = Ledger(), _output()
+    out.failed_recving = {"a"}
+    ledger.vet(out, _scheduler(a="WAITING_FOR_REMOTE_KVS"), step=4)
+    (problem,) = ledger.problems
+    assert out.failed_recving == set() and "not in finished_recving of the same step" in problem

@@ -37,6 +37,12 @@ class Era(Protocol):
     def worker_setup(self, config: Any) -> ContextManager[Any]:
         """The context vLLM's worker builds its connector and registers the caches in."""
 
+    def required_layout(self, config: Any) -> str | None:
+        """The KV cache layout the connector requires of vLLM, if any."""
+
+    def relay_handshake(self, worker: Any, scheduler: Any) -> None:
+        """The worker connector's handshake metadata handed to the scheduler's, as the engine core does."""
+
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
                      cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None) -> Any: ...
 

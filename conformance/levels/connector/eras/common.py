@@ -63,10 +63,36 @@ class HookEra:
 
     def worker_setup(self, config: Any) -> ContextManager[Any]:
         """vLLM's worker wrapper runs ``initialize_from_config`` (connector built, caches registered)
-        under ``set_current_vllm_config``; a connector may read it there (LMCache's MLA path does)."""
+        under ``set_current_vllm_config``; a connector may read it there (LMCache's MLA path does).
+        Before that, a worker has its distributed world: a world of one here, on gloo, as a
+        one-process CPU worker has (NixlConnector asks for its tensor-parallel group)."""
         from vllm.config import set_current_vllm_config
 
+        with set_current_vllm_config(config):
+            _world_of_one()
         return set_current_vllm_config(config)
+
+    def required_layout(self, config: Any) -> str | None:
+        """The KV cache layout the connector requires (``get_required_kvcache_layout``: NixlConnector's
+        LBHNC), which vLLM then allocates whatever else was asked; None when it requires none."""
+        from vllm.distributed.kv_transfer.kv_connector.utils import get_kv_connector_cache_layout
+
+        required = get_kv_connector_cache_layout(config)
+        return None if required is None else str(getattr(required, "name", required))
+
+    def relay_handshake(self, worker: Any, scheduler: Any) -> None:
+        """What the engine core does once the workers registered their caches: the worker-side
+        connector's handshake metadata handed to the scheduler-side one (NixlConnector serves it
+        to its peers)."""
+        get = getattr(worker, "get_handshake_metadata", None)
+        metadata = get() if get is not None else None
+        connector = scheduler.get_kv_connector() if hasattr(scheduler, "get_kv_connector") else scheduler.connector
+        if metadata is None or connector is None:
+            return
+        if hasattr(connector, "set_xfer_handshake_metadata_pp_aware"):
+            connector.set_xfer_handshake_metadata_pp_aware({(0, 0): metadata})
+        else:
+            connector.set_xfer_handshake_metadata({0: metadata})
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
                      cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None) -> Any:
@@ -134,6 +160,20 @@ class HookEra:
         return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                  sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
                                  pooler_output=None, kv_connector_output=connector_output)
+
+
+def _world_of_one() -> None:
+    """vLLM's distributed world and model-parallel groups, one rank each, once per process."""
+    import tempfile
+
+    from vllm.distributed import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        return
+    rendezvous = tempfile.NamedTemporaryFile(prefix="kvconform-world-", delete=False).name
+    parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                                distributed_init_method=f"file://{rendezvous}")
+    parallel_state.ensure_model_parallel_initialized(1, 1)
 
 
 def _attention_metadata(mla: bool) -> Any:
