@@ -10,4 +10,4 @@ class ReversedBlocksPeerConnector(PeerConnector):
         super().update_state_after_alloc(request, blocks, num_external_tokens)
         for load in self._loads:
             if load["request_id"] == request.request_id:
-                load["local"] = load["local"][::-1]
+                load["local"] = [group[::-1] for group in load["local"]]
