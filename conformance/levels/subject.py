@@ -41,12 +41,14 @@ class ConnectorChoice:
     role: str = "kv_both"
     capabilities: frozenset[str] = frozenset()
     lossy_tolerance: float | None = None  # the logprob tolerance a lossy connector declares
+    storage_hook: str | None = None  # 'module:object' that damages storage the suite cannot see
 
     @classmethod
     def parse(cls, spec: str, extra_json: str | None = None, role: str = "kv_both",
-              capabilities: str | None = None) -> ConnectorChoice:
+              capabilities: str | None = None, storage_hook: str | None = None) -> ConnectorChoice:
         """``Name`` (vLLM's registry) or ``package.module:ClassName`` (kv_connector_module_path), its
-        extra config as JSON, and its declared capabilities (``persistent,lossy=0.05``)."""
+        extra config as JSON, its declared capabilities (``persistent,lossy=0.05``) and the hook that
+        damages its storage where the suite cannot (``module:object``)."""
         try:
             extra = json.loads(extra_json) if extra_json else {}
         except ValueError as exc:
@@ -55,8 +57,10 @@ class ConnectorChoice:
             raise ValueError("--kv-connector-extra-config must be a JSON object")
         module, _, name = spec.rpartition(":")
         caps, tolerance = parse_capabilities(capabilities or "")
+        if storage_hook is not None and not re.fullmatch(r"[\w.]+:[\w.]+", storage_hook):
+            raise ValueError(f"--kv-storage-hook {storage_hook!r} is not 'package.module:object'")
         return cls(name=name, module_path=module or None, extra_config=extra, role=role, capabilities=caps,
-                   lossy_tolerance=tolerance)
+                   lossy_tolerance=tolerance, storage_hook=storage_hook)
 
     @property
     def label(self) -> str:
@@ -80,6 +84,26 @@ class ConnectorChoice:
         if self.module_path:
             cfg["kv_connector_module_path"] = self.module_path
         return cfg
+
+    def damage_with_hook(self, storage: str, how: str) -> str | None:
+        """What the user's storage hook did to the run's ``storage`` (``how``: flip_middle, truncate),
+        or None without a hook. A hook that cannot be imported or raises is the suite's Error (its
+        configuration), never the connector's Fail."""
+        if self.storage_hook is None:
+            return None
+        import importlib
+
+        from conformance.verdict.guard import HarnessError
+
+        module, _, attr = self.storage_hook.partition(":")
+        try:
+            hook: Any = importlib.import_module(module)
+            for part in attr.split("."):
+                hook = getattr(hook, part)
+            done = hook.damage(storage, how)
+        except Exception as exc:
+            raise HarnessError(f"--kv-storage-hook {self.storage_hook}: {type(exc).__name__}: {exc}") from exc
+        return f"the storage hook {self.storage_hook}: {done}"
 
     def is_a(self, registry_name: str) -> bool:
         """Whether the connector is ``registry_name`` or a subclass of it (importable here); a

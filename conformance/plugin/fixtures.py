@@ -105,7 +105,8 @@ def connector_choice(config: pytest.Config) -> Any:
         opt = config.getoption
         try:
             state.connector = ConnectorChoice.parse(state.connector_spec or "", opt(options.EXTRA_CONFIG),
-                                                    opt(options.ROLE), opt(options.CAPABILITIES))
+                                                    opt(options.ROLE), opt(options.CAPABILITIES),
+                                                    opt(options.STORAGE_HOOK))
         except ValueError as exc:
             pytest.exit(f"kvconform: {exc}", returncode=4)
     return state.connector

@@ -20,6 +20,7 @@ DTYPES = "--kv-cache-dtypes"
 CONNECTOR = "--kv-connector"
 EXTRA_CONFIG = "--kv-connector-extra-config"
 CAPABILITIES = "--kv-connector-capabilities"
+STORAGE_HOOK = "--kv-storage-hook"
 ROLE = "--kv-role"
 CACHE_DTYPE = "--kv-cache-dtype"
 MODEL = "--kv-model"
@@ -60,7 +61,14 @@ def add_options(parser: pytest.Parser) -> None:
     engine.addoption(CAPABILITIES, default=None, metavar="LIST",
                      help="what the connector declares, comma-separated: 'persistent' (its cache outlives its "
                           "engine: the cross-engine clauses apply), 'lossy=TOL' (a codec: byte-exact clauses "
-                          "Disabled, the engine level compares logprobs within TOL); default: none")
+                          "Disabled, the engine level compares logprobs within TOL), 'pd' (a prefill/decode "
+                          "transfer: the P/D clauses apply), 'cache' (a prefix cache: implied unless pd), "
+                          "'hma' (works with vLLM's hybrid KV cache manager); default: none")
+    engine.addoption(STORAGE_HOOK, default=None, metavar="MODULE:OBJECT",
+                     help="how to damage what the connector stored where the suite cannot see it (a server, a "
+                          "remote store): OBJECT.damage(storage, how) -> what it did, given the run's {storage} "
+                          "directory and 'flip_middle' or 'truncate' (default: the suite damages the files "
+                          "under {storage}, or restarts the LMCache server it started)")
     engine.addoption(ROLE, default="kv_both", choices=["kv_both", "kv_producer", "kv_consumer"])
     engine.addoption(CACHE_DTYPE, default="auto", metavar="DTYPE", help="the engines' kv_cache_dtype")
     engine.addoption(MODEL, default="qwen3-tiny", metavar="NAME|PATH",

@@ -5,8 +5,32 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.levels.subject import CONNECTOR_CAPABILITIES, ConnectorChoice, parse_capabilities, refuses_platform
+from conformance.levels.subject import (
+    CONNECTOR_CAPABILITIES,
+    ConnectorChoice,
+    implied,
+    parse_capabilities,
+    refuses_platform,
+)
 from conformance.verdict.clauses import CLAUSES, disabled_reason
+from conformance.verdict.guard import HarnessError
+
+DAMAGED: list[tuple[str, str]] = []  # what the test storage hook below was asked to do
+
+
+class RecordingHook:
+    """A user's storage hook: damages what the suite cannot see (here: records the call)."""
+
+    @staticmethod
+    def damage(storage: str, how: str) -> str:
+        DAMAGED.append((storage, how))
+        return f"flipped a byte of the key behind {storage}"
+
+
+class BrokenHook:
+    @staticmethod
+    def damage(storage: str, how: str) -> str:
+        raise ConnectionError("redis://nowhere refused")
 
 
 def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
@@ -22,20 +46,20 @@ def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
         parse_capabilities("persistent=1")
     with pytest.raises(ValueError, match="must be a positive tolerance"):
         parse_capabilities("lossy=-1")
-    assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy"}
+    assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy", "pd", "cache", "hma"}
 
 
 def test_cross_engine_clauses_are_disabled_for_a_cache_inside_its_engine():
     in_engine = ConnectorChoice.parse("InMem")
     across = [c for c in CLAUSES.values() if c.level in ("connector", "engine") and "persistent" in c.requires]
-    assert across and all(disabled_reason(c, in_engine.capabilities, in_engine.label) for c in across)
+    assert across and all(disabled_reason(c, in_engine.applies, in_engine.label) for c in across)
     for cid in ("api_same_engine_roundtrip", "engine_same_engine_reload", "api_requirements"):
-        assert disabled_reason(CLAUSES[cid], in_engine.capabilities, in_engine.label) is None
+        assert disabled_reason(CLAUSES[cid], in_engine.applies, in_engine.label) is None
     persistent = ConnectorChoice.parse("Files", capabilities="persistent")
-    assert not any(disabled_reason(c, persistent.capabilities, persistent.label) for c in across)
+    assert not any(disabled_reason(c, persistent.applies, persistent.label) for c in across)
     lossy = ConnectorChoice.parse("Codec", capabilities="persistent,lossy=0.1")
-    assert disabled_reason(CLAUSES["api_save_load_roundtrip"], lossy.capabilities, lossy.label)
-    assert disabled_reason(CLAUSES["engine_store_then_load"], lossy.capabilities, lossy.label) is None
+    assert disabled_reason(CLAUSES["api_save_load_roundtrip"], lossy.applies, lossy.label)
+    assert disabled_reason(CLAUSES["engine_store_then_load"], lossy.applies, lossy.label) is None
     assert lossy.lossy_tolerance == 0.1
 
 
@@ -75,3 +99,30 @@ def test_a_platform_refusal_names_a_device(message, refuses):
     """Only a refusal that names a device this machine lacks is Not runnable; any other exception a
     connector raises while it is built stays its own Fail."""
     assert refuses_platform(message) is refuses
+
+
+def test_a_pd_transfer_is_no_prefix_cache_unless_it_says_so():
+    """cache is implied for every connector but one that declares pd: a P/D transfer is judged by the
+    P/D clauses, and the prefix-cache ones are Disabled for it, never failed."""
+    assert implied(frozenset()) == {"cache"} and implied(frozenset({"persistent"})) == {"cache", "persistent"}
+    assert implied(frozenset({"pd"})) == {"pd"} and implied(frozenset({"pd", "cache"})) == {"pd", "cache"}
+    nixl = ConnectorChoice.parse("NixlConnector", capabilities="pd")
+    for cid, applies in (("api_pd_roundtrip", True), ("engine_pd_roundtrip", True), ("api_requirements", True),
+                         ("engine_effective_dtype", True), ("api_same_engine_roundtrip", False),
+                         ("api_cache_salt", False), ("engine_same_engine_reload", False), ("engine_hma_groups", False)):
+        assert (disabled_reason(CLAUSES[cid], nixl.applies, nixl.label) is None) is applies, cid
+    example = ConnectorChoice.parse("ExampleConnector", capabilities="persistent")
+    assert disabled_reason(CLAUSES["api_same_engine_roundtrip"], example.applies, example.label) is None
+    assert disabled_reason(CLAUSES["api_pd_roundtrip"], example.applies, example.label)
+
+
+def test_a_storage_hook_damages_what_the_suite_cannot_see():
+    hooked = ConnectorChoice.parse("Remote", storage_hook=f"{__name__}:RecordingHook")
+    assert hooked.damage_with_hook("/run/3", "truncate") == (
+        f"the storage hook {__name__}:RecordingHook: flipped a byte of the key behind /run/3")
+    assert DAMAGED[-1] == ("/run/3", "truncate")
+    assert ConnectorChoice.parse("Files").damage_with_hook("/run/3", "truncate") is None
+    with pytest.raises(HarnessError, match="ConnectionError: redis://nowhere refused"):
+        ConnectorChoice.parse("Remote", storage_hook=f"{__name__}:BrokenHook").damage_with_hook("/run/3", "truncate")
+    with pytest.raises(ValueError, match="is not 'package.module:object'"):
+        ConnectorChoice.parse("Remote", storage_hook="just-a-name")

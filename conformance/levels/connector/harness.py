@@ -128,8 +128,12 @@ class ConnectorHarness:
     def damage(self, storage: str, how: str = "flip_middle") -> str:
         """Corrupt what a store run left in ``storage`` (``flip_middle``: one byte flipped mid-file,
         as bit rot or a torn write leaves it; ``truncate``: the last byte cut off, a file its reader
-        cannot parse), or lose a server's content; say how. NotImplementedError when the suite
-        cannot reach the connector's storage."""
+        cannot parse), or lose a server's content; say how. A storage hook the user gave
+        (``--kv-storage-hook``) does it instead. NotImplementedError when the suite cannot reach
+        the connector's storage."""
+        hooked = self.connector.damage_with_hook(str(self.workdir / storage), how)
+        if hooked is not None:
+            return hooked
         files = sorted(p for p in (self.workdir / storage).rglob("*") if p.is_file())
         for f in files:
             data = f.read_bytes()
@@ -140,7 +144,8 @@ class ConnectorHarness:
             return f"{what} each of the {len(files)} files the connector stored"
         if self.lose_remote is not None:
             return self.lose_remote()
-        raise NotImplementedError(f"the suite cannot reach the storage of {self.connector.label} to damage it")
+        raise NotImplementedError(f"the suite cannot reach the storage of {self.connector.label} to damage it "
+                                  "(put '{storage}' where its extra config names a place, or pass --kv-storage-hook)")
 
     def isolated(self, call: Callable[..., Any], *args: Any, name: str) -> Any:
         """``call(*args)`` (one clause test: every engine lifetime it drives) in a forked child this

@@ -93,7 +93,11 @@ class EngineCell:
             raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
 
     def lose_storage(self) -> str:
-        """Damage what the store engine wrote; say how. Not runnable for storage we cannot reach."""
+        """Damage what the store engine wrote; say how (a storage hook the user gave does it instead).
+        Not runnable for storage we cannot reach."""
+        hooked = self.connector.damage_with_hook(str(self.storage), "truncate")
+        if hooked is not None:
+            return hooked
         files = sorted(p for p in self.storage.rglob("*") if p.is_file())
         if files:
             for f in files:
@@ -102,7 +106,8 @@ class EngineCell:
             return f"truncated the {len(files)} files the connector stored to half their size"
         if self.server is not None and self.server.started:
             return self.server.lose()
-        raise NotRunnable(f"the suite cannot reach the storage of {self.connector.label} to damage it")
+        raise NotRunnable(f"the suite cannot reach the storage of {self.connector.label} to damage it "
+                          "(put '{storage}' where its extra config names a place, or pass --kv-storage-hook)")
 
     def close(self) -> None:
         if self.server is not None:
