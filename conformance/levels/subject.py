@@ -72,13 +72,24 @@ class ConnectorChoice:
         unless the connector declares itself a P/D transfer (``pd``) without it."""
         return implied(self.capabilities)
 
+    @property
+    def children(self) -> list[dict[str, Any]]:
+        """A MultiConnector's child configs (``connectors`` in its extra config); empty for others."""
+        found = self.extra_config.get("connectors") if self.name == "MultiConnector" else None
+        return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+
     def transfer_config(self, extra: dict[str, Any], storage: str, role: str | None = None) -> dict[str, Any]:
         """vLLM's KVTransferConfig kwargs, with ``storage`` (a directory private to this run) put
         wherever the extra config says ``{storage}``, however deep (a MultiConnector's children);
         an extra config that names no place gets it as ExampleConnector's ``shared_storage_path``
-        (other connectors ignore that key). ``role`` overrides the declared kv_role (a P/D pair's)."""
+        (other connectors ignore that key). ``extra`` (what the suite started: LMCache's server)
+        reaches a MultiConnector's children too. ``role`` overrides the declared kv_role (a P/D pair's)."""
         mine = with_storage(self.extra_config, storage)
         default = {} if mine != self.extra_config else {"shared_storage_path": storage}
+        if extra and self.children:
+            mine = {**mine, "connectors": [
+                {**child, "kv_connector_extra_config": {**extra, **(child.get("kv_connector_extra_config") or {})}}
+                if isinstance(child, dict) else child for child in mine["connectors"]]}
         cfg: dict[str, Any] = {"kv_connector": self.name, "kv_role": role or self.role,
                                "kv_connector_extra_config": {**default, **extra, **mine}}
         if self.module_path:
@@ -220,7 +231,12 @@ class LMCacheService:
 
     @staticmethod
     def wanted_by(connector: ConnectorChoice) -> bool:
-        return "lmcache.mp.port" not in connector.extra_config and connector.is_a("LMCacheMPConnector")
+        """An LMCacheMPConnector (or a subclass, or a MultiConnector child) not pointed at a server."""
+        if connector.is_a("LMCacheMPConnector"):
+            return "lmcache.mp.port" not in connector.extra_config
+        return any(child.get("kv_connector") == "LMCacheMPConnector"
+                   and "lmcache.mp.port" not in (child.get("kv_connector_extra_config") or {})
+                   for child in connector.children)
 
     def config(self) -> dict[str, Any]:
         """The connector's extra config that points it at the server (started on first call)."""

@@ -191,20 +191,30 @@ def connector_args(connector: str, extra_config: Mapping[str, Any] | None = None
             *([f"--kv-connector-capabilities={','.join(capabilities)}"] if capabilities else []))
 
 
+def connector_label(connector: str, extra_config: Mapping[str, Any] | None) -> str:
+    """The connector coordinate of a cell: its name, and a MultiConnector's children in order
+    (``MultiConnector(LMCacheMPConnector+ExampleConnector)``), which decide what it does."""
+    children = (extra_config or {}).get("connectors") if connector == "MultiConnector" else None
+    if not isinstance(children, list) or not children:
+        return connector
+    names = [str(c.get("kv_connector", "?")) if isinstance(c, dict) else "?" for c in children]
+    return f"{connector}({'+'.join(names)})"
+
+
 def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell]:
     """A connector entry's cells on one stack: per model, one connector-API cell (it draws the whole
     dtype axis itself) and one engine cell per kv_cache_dtype (each engine runs one)."""
     chosen = connector_args(spec["connector"], spec.get("extra_config"), spec.get("capabilities") or ())
-    dtypes = spec["kv_cache_dtypes"]
+    dtypes, connector = spec["kv_cache_dtypes"], connector_label(spec["connector"], spec.get("extra_config"))
     cells = []
     for model in spec["models"]:
         if "connector" in spec["levels"]:
-            coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": API_DTYPES_SEP.join(dtypes)}
+            coords = {"connector": connector, "model": model, "kv_cache_dtype": API_DTYPES_SEP.join(dtypes)}
             args = (*chosen, f"--kv-model={model}", "--kv-levels=connector", f"--kv-cache-dtypes={','.join(dtypes)}")
             cells.append(Cell(f"{name}-api-{model}", "connector", args, tier, coords))
         if "engine" in spec["levels"]:
             for dtype in dtypes:
-                coords = {"connector": spec["connector"], "model": model, "kv_cache_dtype": dtype}
+                coords = {"connector": connector, "model": model, "kv_cache_dtype": dtype}
                 args = (*chosen, f"--kv-model={model}", "--kv-levels=engine", f"--kv-cache-dtype={dtype}")
                 cells.append(Cell(f"{name}-{model}-{dtype}", "engine", args, tier, coords))
     return cells

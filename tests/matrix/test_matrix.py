@@ -132,7 +132,7 @@ ENGINE = GOOD + """connectors:
 
 
 @pytest.mark.parametrize("text, says", [
-    (ENGINE.replace("qwen3-tiny", "qwen9"), "connectors.ex.models[0]: expected one of ['deepseek-v2-lite-tiny', 'llama3-tiny', 'qwen3-tiny'], got 'qwen9'"),
+    (ENGINE.replace("qwen3-tiny", "qwen9"), "connectors.ex.models[0]: expected one of ['deepseek-v2-lite-tiny', 'gemma3-hybrid-tiny', 'llama3-tiny', 'qwen3-tiny'], got 'qwen9'"),
     (ENGINE.replace("[auto]", "[fp8_e5m3]"), "connectors.ex.kv_cache_dtypes[0]: expected one of"),
     (ENGINE + "expectations:\n  - {when: {connector: ex}, clauses: [engine_magic], reason: x}\n",
      "expectations[0].clauses[0]: expected a clause id, got 'engine_magic'"),

@@ -139,11 +139,14 @@ class ConnectorHarness:
             data = f.read_bytes()
             if data:
                 f.write_bytes(damaged(data, how))
+        done = []
         if files:
             what = "flipped the middle byte of" if how == "flip_middle" else "cut the last byte off"
-            return f"{what} each of the {len(files)} files the connector stored"
-        if self.lose_remote is not None:
-            return self.lose_remote()
+            done.append(f"{what} each of the {len(files)} files the connector stored")
+        if self.lose_remote is not None:  # both, when both hold KV (a MultiConnector's children)
+            done.append(self.lose_remote())
+        if done:
+            return " and ".join(done)
         raise NotImplementedError(f"the suite cannot reach the storage of {self.connector.label} to damage it "
                                   "(put '{storage}' where its extra config names a place, or pass --kv-storage-hook)")
 

@@ -99,13 +99,16 @@ class EngineCell:
         if hooked is not None:
             return hooked
         files = sorted(p for p in self.storage.rglob("*") if p.is_file())
+        done = []
         if files:
             for f in files:
                 data = f.read_bytes()
                 f.write_bytes(data[: len(data) // 2])  # truncated mid-tensor, as a full disk leaves it
-            return f"truncated the {len(files)} files the connector stored to half their size"
-        if self.server is not None and self.server.started:
-            return self.server.lose()
+            done.append(f"truncated the {len(files)} files the connector stored to half their size")
+        if self.server is not None and self.server.started:  # both, when both hold KV (MultiConnector)
+            done.append(self.server.lose())
+        if done:
+            return " and ".join(done)
         raise NotRunnable(f"the suite cannot reach the storage of {self.connector.label} to damage it "
                           "(put '{storage}' where its extra config names a place, or pass --kv-storage-hook)")
 
