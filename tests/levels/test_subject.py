@@ -126,3 +126,17 @@ def test_a_storage_hook_damages_what_the_suite_cannot_see():
         ConnectorChoice.parse("Remote", storage_hook=f"{__name__}:BrokenHook").damage_with_hook("/run/3", "truncate")
     with pytest.raises(ValueError, match="is not 'package.module:object'"):
         ConnectorChoice.parse("Remote", storage_hook="just-a-name")
+
+
+def test_what_the_suite_started_reaches_a_multiconnectors_children():
+    """LMCache's server, started for an LMCacheMPConnector child, is handed to the children too (a
+    child's own setting wins); a MultiConnector with such a child wants the server."""
+    from conformance.levels.subject import LMCacheService
+
+    extra = '{"connectors": [{"kv_connector": "LMCacheMPConnector"}, {"kv_connector": "ExampleConnector", ' \
+            '"kv_connector_extra_config": {"shared_storage_path": "{storage}/b", "lmcache.mp.port": 7}}]}'
+    multi = ConnectorChoice.parse("MultiConnector", extra)
+    assert LMCacheService.wanted_by(multi) and not LMCacheService.wanted_by(ConnectorChoice.parse("MultiConnector"))
+    children = multi.transfer_config({"lmcache.mp.port": 5}, "/run/2")["kv_connector_extra_config"]["connectors"]
+    assert children[0]["kv_connector_extra_config"] == {"lmcache.mp.port": 5}
+    assert children[1]["kv_connector_extra_config"] == {"lmcache.mp.port": 7, "shared_storage_path": "/run/2/b"}

@@ -502,3 +502,14 @@ def test_results_from_before_raw_statuses_are_read_back():
                      {"clause": "c", "status": "XFail", "message": "the implementer's xfail file"}]}
     runner.apply_expectations(old, cell)
     assert [t["status"] for t in old["tests"]] == ["Fail", "Pass", "XFail"]
+
+
+def test_a_multiconnector_cell_names_its_children():
+    """Two MultiConnector entries differ by their children: the connector coordinate (and so the cell
+    id and the expectations' when:) says which."""
+    from conformance.matrix.definition import connector_label
+
+    children = {"connectors": [{"kv_connector": "LMCacheMPConnector"}, {"kv_connector": "ExampleConnector"}]}
+    assert connector_label("MultiConnector", children) == "MultiConnector(LMCacheMPConnector+ExampleConnector)"
+    assert connector_label("MultiConnector", None) == "MultiConnector"
+    assert connector_label("ExampleConnector", children) == "ExampleConnector"
