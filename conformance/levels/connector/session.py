@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, cast
 
-from conformance.levels.connector.eras import select_era
+from conformance.levels.connector.eras import Era, select_era
 from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.subject import ConnectorChoice, LMCacheService
 
@@ -30,8 +30,39 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
             extra.update(service.config())  # new ports
             return how
 
+    era = _with_required_layout(era, connector, model_dir, workdir, extra)
     return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra,
                             lose_remote=lose), close
+
+
+class _RequiredLayout:
+    """The era, offering only the KV cache layout the connector requires: the only one vLLM would
+    allocate for it (``get_required_kvcache_layout``), so no drawn example is spent on another."""
+
+    def __init__(self, era: Era, layout: str) -> None:
+        self._era, self._layout = era, layout
+
+    def layouts(self) -> list[str]:
+        return [self._layout]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._era, name)
+
+
+def _with_required_layout(era: Era, connector: ConnectorChoice, model: Path, workdir: Path,
+                          extra: dict[str, Any]) -> Era:
+    """``era``, narrowed to the layout the connector requires, if it requires one; a connector that
+    cannot say (its configuration does not build here) is left to its clauses to judge."""
+    try:
+        transfer = connector.transfer_config(dict(extra), str(workdir / "layout-probe"))
+        config = era.make_config(model=str(model), transfer=transfer, kv_cache_dtype="auto",
+                                 layout=era.layouts()[0], block_size=32)
+        required = era.required_layout(config)
+    except Exception:
+        return era
+    if required is None or required not in era.layouts():
+        return era
+    return cast(Era, _RequiredLayout(era, required))
 
 
 def _check_resolvable(connector: ConnectorChoice) -> None:

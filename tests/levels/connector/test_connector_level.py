@@ -138,3 +138,145 @@ def test_a_pd_pair_fails_exactly_what_it_breaks(run_suite, connector):
     for test in run.results["tests"]:
         if test["status"] == "Fail":
             assert expected[test["clause"]] in test["message"], test["message"]
+
+
+def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
+    """vLLM's DecodeBenchConnector claims num_tokens - 1 cached tokens for every new request and
+    fills them with constants: the cold-cache control names that, not a byte or format mismatch."""
+    run = api_suite(run_suite, "DecodeBenchConnector", "-k", "roundtrip")
+    statuses = run.statuses()
+    assert statuses == {"api_save_load_roundtrip": "Fail", "api_same_engine_roundtrip": "Fail"}, run.output[-3000:]
+    for test in run.results["tests"]:
+        assert "claims KV it never stored" in test["message"], test["message"]
+
+
+@pytest.mark.parametrize("connector, clause, says", [
+    ("double_report:DoubleReportConnector", "api_transfer_reports",
+     ["get_finished reported request 'a' in finished_sending again", "pass 2 step 0", "Report each finished transfer once"]),
+    ("abort_leak:AbortLeakConnector", "api_abort",
+     ["request 'a' (FINISHED_ABORTED) still holds its blocks", "request_finished returned True",
+      "vLLM calls request_finished for an aborted request too"]),
+    ("salt_blind:SaltBlindConnector", "api_cache_salt", ["cache_salt='salt-a'", "'tenant-b': 80", "Key stored KV"]),
+])
+def test_a_lifecycle_failure_names_the_request_the_hook_and_what_vllm_expects(run_suite, connector, clause, says):
+    run = api_suite(run_suite, ZOO + connector, "-k", clause.removeprefix("api_"))
+    (test,) = [t for t in run.results["tests"] if t["clause"] == clause]
+    assert test["status"] == "Fail", test
+    for words in says:
+        assert words in test["message"], test["message"]
+
+
+def test_a_multiconnector_reaches_every_childs_storage(run_suite):
+    """MultiConnector's children get the suite's private directory through '{storage}', so damage
+    reaches both (two files per layer pair) and the clauses judge the pair, not ExampleConnector
+    alone."""
+    child = {"kv_connector": "ExampleConnector", "kv_role": "kv_both"}
+    extra = {"connectors": [{**child, "kv_connector_extra_config": {"shared_storage_path": "{storage}/a"}},
+                            {**child, "kv_connector_extra_config": {"shared_storage_path": "{storage}/b"}}]}
+    run = api_suite(run_suite, "MultiConnector", f"--kv-connector-extra-config={json.dumps(extra)}",
+                    "--kv-cache-dtypes=auto", "-k", "roundtrip or damaged")
+    statuses = run.statuses()
+    assert statuses["api_save_load_roundtrip"] == statuses["api_same_engine_roundtrip"] == "Pass", run.output[-3000:]
+    (damaged,) = [t for t in run.results["tests"] if t["clause"] == "api_damaged_storage" and t["status"] != "Skip"]
+    assert damaged["status"] == "Fail" and "each of the 4 files" in damaged["message"], damaged
+
+
+OFFLOADING_CPU = {"spec_name": "CPUOnlyOffloadingSpec", "spec_module_path": "conformance.stores.offloading_cpu",
+                  "cpu_bytes_to_use": 100_000_000}
+
+
+def test_vllms_offloading_connector_is_judged_within_its_engine(run_suite):
+    """vLLM's OffloadingConnector, its scheduler side unmodified, with kvconform's CPU transfer worker:
+    a cache inside its engine, so the same-engine clause judges it and the cross-engine ones are Disabled."""
+    statuses = api_suite(run_suite, "OffloadingConnector", f"--kv-connector-extra-config={json.dumps(OFFLOADING_CPU)}",
+                         "-k", "same_engine or roundtrip", persistent=False).statuses()
+    assert statuses == {"api_same_engine_roundtrip": "Pass", "api_save_load_roundtrip": "Disabled",
+                        "api_pd_roundtrip": "Disabled"}, statuses
+
+
+OFFLOADING_FILE = {"spec_name": "TieringCPUOnlyOffloadingSpec", "spec_module_path": "conformance.stores.offloading_tiering",
+                   "cpu_bytes_to_use": 100_000_000, "secondary_tiers": [{"type": "fs", "root_dir": "{storage}/fs"}]}
+
+
+def test_vllms_offloading_connector_file_tier_outlives_its_engine(run_suite):
+    """vLLM's tiered OffloadingConnector with its fs tier (kvconform's CPU worker over the shared
+    region the tiers read): persistent, so a fresh connector pair loads from its files; its files
+    carry no checksum, so a byte flipped at rest is served as KV (api_damaged_storage)."""
+    run = api_suite(run_suite, "OffloadingConnector", f"--kv-connector-extra-config={json.dumps(OFFLOADING_FILE)}")
+    statuses = run.statuses()
+    assert {c for c, s in statuses.items() if s == "Fail"} == {"api_damaged_storage"}, run.output[-3000:]
+    assert {c for c, s in statuses.items() if s == "Disabled"} == PD, run.output[-3000:]
+    assert statuses["api_save_load_roundtrip"] == statuses["api_same_engine_roundtrip"] == "Pass"
+
+
+def test_a_connector_that_declines_this_platform_is_not_runnable(run_suite):
+    """vLLM's own CPU worker for OffloadingConnector raises on a CPU-only vLLM: Not runnable, in its words."""
+    stock = {"cpu_bytes_to_use": 100_000_000}
+    run = api_suite(run_suite, "OffloadingConnector", f"--kv-connector-extra-config={json.dumps(stock)}",
+                    "-k", "same_engine", persistent=False)
+    (test,) = run.results["tests"]
+    assert test["status"] == "Not runnable" and "only supported on CUDA-alike" in test["message"], test
+
+
+@pytest.mark.parametrize("connector, says", [
+    ("MultiConnector", "AssertionError"),  # no children configured
+    ("NixlConnector", "NIXL is not available"),  # its dependency is not installed here
+])
+def test_a_connector_that_cannot_be_built_here_is_not_runnable_not_failed(run_suite, connector, says):
+    """Built from its name alone it raises before any KV moved: no clause was broken, and the
+    message says how to give it what it needs."""
+    run = api_suite(run_suite, connector, "-k", "same_engine", persistent=False)
+    (test,) = run.results["tests"]
+    assert test["status"] == "Not runnable" and says in test["message"], test
+    assert "--kv-connector-extra-config" in test["message"], test
+
+
+def test_stale_layout_api_is_named_before_anything_runs(run_suite):
+    """The original report's renamed layout API: flagged with the name and where it was last seen."""
+    run = api_suite(run_suite, ZOO + "stale_layout_api:StaleLayoutConnector", "-k", "requirements")
+    (req,) = [t for t in run.results["tests"] if t["clause"] == "api_requirements"]
+    assert req["status"] == "Fail", req
+    assert "get_kv_cache_layout" in req["message"] and "last seen in 0.28.0" in req["message"], req["message"]
+
+
+def test_format_isolation_names_both_formats(run_suite):
+    run = api_suite(run_suite, "ExampleConnector", "--kv-cache-dtypes=fp8_e4m3,fp8_e5m2")
+    (iso,) = [t for t in run.results["tests"] if t["clause"] == "api_format_isolation"]
+    assert iso["status"] == "Fail" and "fp8_e4m3" in iso["message"] and "fp8_e5m2" in iso["message"], iso
+
+
+@pytest.mark.parametrize("connector, says", [
+    ("NoSuchConnector", "is not a connector the installed vLLM registers"),
+    ("no.such.module:Foo", "no module 'no.such.module' is importable here"),
+])
+def test_unknown_connector_is_one_clear_line(run_suite, connector, says):
+    run = api_suite(run_suite, connector)
+    assert run.returncode == 4, run.output[-2000:]
+    assert says in run.output, run.output[-2000:]
+
+
+def test_a_connector_that_kills_its_process_is_an_error_and_the_run_goes_on(run_suite):
+    """A load hook that dies as a segfaulting native library does (os._exit(139)) ends its engine's
+    lifetime, not the suite: an Error naming the exit status for each clause that loads, a verdict
+    for every other clause, and the results file."""
+    run = api_suite(run_suite, ZOO + "crashing:CrashingConnector", "--kv-cache-dtypes=auto")
+    statuses = run.statuses()
+    assert set(statuses) == API_CLAUSES, run.output[-3000:]
+    errors = [t for t in run.results["tests"] if t["status"] == "Error"]
+    assert {t["clause"] for t in errors} >= {"api_save_load_roundtrip", "api_same_engine_roundtrip"}, statuses
+    for test in errors:
+        assert "its process exited with status 139 before it returned" in test["message"], test["message"]
+    assert statuses["api_requirements"] == "Pass", statuses
+
+
+def test_a_hanging_connector_is_an_error_once_then_at_once(run_suite):
+    """The first run that loads waits --kv-timeout and is an Error; every later run is an Error at
+    once (no second wait), so one hanging connector costs one timeout, not one per clause."""
+    timeout = 10
+    run = api_suite(run_suite, ZOO + "hanging:HangingConnector", f"--kv-timeout={timeout}")
+    tests = run.results["tests"]
+    hung = [t for t in tests if "hung in run_worker_step() after 10s" in (t["message"] or "")]
+    assert hung and all(t["status"] == "Error" for t in hung), run.output[-3000:]
+    waited = [t for t in tests if t["duration_s"] >= timeout]
+    assert len(waited) == 1 and "not attempted again" not in waited[0]["message"], tests
+    assert all("not attempted again" in t["message"] for t in hung if t is not waited[0])
