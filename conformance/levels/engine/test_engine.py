@@ -37,6 +37,14 @@ def _not_runnable(exc: NotRunnable):
     pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
 
 
+def _baseline(cell):
+    """The cell's no-connector baseline; Not runnable when vLLM cannot run the cell here at all."""
+    try:
+        return cell.baseline()
+    except NotRunnable as exc:
+        _not_runnable(exc)
+
+
 def _connector_run(cell, role, clause_id, cold_check=True):
     """A connector engine's run; its failure is the connector's (Fail), with the engine's log. The
     first engine over empty storage must claim no external hit (``cold_check``)."""
@@ -64,10 +72,7 @@ def _vetted(cell, engine, clause_id):
 
 def _pd_pair(cell, clause_id):
     """(baseline, producer, consumer) of the cell's P/D pair; Not runnable when vLLM cannot run the cell."""
-    try:
-        base = cell.baseline()
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    base = _baseline(cell)
     producer, consumer = cell.run_pd()
     _vetted(cell, producer, clause_id)
     return base, producer, _vetted(cell, consumer, clause_id)
@@ -96,10 +101,7 @@ def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
 
 def _stored_then_loaded(cell, clause_id):
     """(baseline, load) runs, after the store engine ran; Not runnable when vLLM cannot run the cell."""
-    try:
-        base = cell.baseline()
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    base = _baseline(cell)
     _connector_run(cell, "store", clause_id)
     return base, _connector_run(cell, "load", clause_id)
 
@@ -107,10 +109,7 @@ def _stored_then_loaded(cell, clause_id):
 @clause("engine_same_engine_reload")
 def test_engine_same_engine_reload(cell):
     cid = "engine_same_engine_reload"
-    try:
-        base = cell.baseline()
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    base = _baseline(cell)
     engine = _connector_run(cell, SAME_ENGINE, cid)
     if not all(engine.result.get("prefix_cache_resets", [False])):
         raise HarnessError(f"engine {SAME_ENGINE}: vLLM did not reset its prefix cache between the passes "
@@ -154,10 +153,7 @@ def test_engine_store_then_load(cell):
 
 @clause("engine_effective_dtype")
 def test_engine_effective_dtype(cell):
-    try:
-        cell.baseline()
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    _baseline(cell)
     want = KVSpec(kv_cache_dtype=cell.kv_cache_dtype, model_dtype="bfloat16").storage_dtype
     engines = _connector_engines(cell, "engine_effective_dtype")
     for engine in engines:  # the connector engines the cell runs anyway
@@ -267,10 +263,7 @@ def test_engine_pd_roundtrip(cell):
 @clause("engine_hma_groups")
 def test_engine_hma_groups(cell):
     cid = "engine_hma_groups"
-    try:
-        base = cell.baseline()
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    base = _baseline(cell)
     want = base.result["resolved"].get("kv_cache_groups")
     if not isinstance(want, list):
         raise HarnessError(f"the baseline engine's KV cache groups could not be read: {want}")
