@@ -68,8 +68,14 @@ class HookEra:
         one-process CPU worker has (NixlConnector asks for its tensor-parallel group)."""
         from vllm.config import set_current_vllm_config
 
-        with set_current_vllm_config(config):
-            _world_of_one()
+        from conformance.verdict.guard import HarnessError
+
+        try:
+            with set_current_vllm_config(config):
+                _world_of_one()
+        except Exception as exc:  # the suite's setup, not the connector's fault
+            raise HarnessError(f"vLLM's distributed world (one rank, gloo) could not be set up here: "
+                               f"{type(exc).__name__}: {exc}") from exc
         return set_current_vllm_config(config)
 
     def required_layout(self, config: Any) -> str | None:
