@@ -15,30 +15,29 @@ from conformance.levels.connector.harness import Run
 from conformance.levels.connector.slots import token_rows, views_over
 
 MAX_REPORTED = 3
+NULL_BLOCK = 0  # vLLM's null block: never a request's KV (a sliding window's slot outside the window)
 
 
 def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: int, *,
                        held: bool = False) -> list[str]:
     """Tokens [0, ntokens) as the load run holds them, against what the store run's model wrote
     (where it first computed them: ``Run.origin``), or with ``held`` against what the store run's
-    cache held for them at its end (tokens it loaded itself included).
+    cache held for them at its end (tokens it loaded itself included). Each layer is read through
+    its own KV cache group's blocks (a hybrid model has one group per attention type).
 
-    Tokens in blocks the connector reported as failed loads are exempt: vLLM recomputes them.
+    Tokens in blocks the connector reported as failed loads are exempt: vLLM recomputes them; so
+    are tokens in a null block on either side (a sliding window's blocks outside the window).
     """
     if ntokens <= 0:
         return []
-    positions = torch.arange(ntokens)
-    src_blocks = torch.tensor((stored.blocks if held else stored.origin)[stored_id],
-                              dtype=torch.long)[positions // stored.block_size]
-    dst_blocks = torch.tensor(loaded.blocks[loaded_id], dtype=torch.long)[positions // loaded.block_size]
-    keep = torch.tensor([int(b) not in loaded.load_errors for b in dst_blocks], dtype=torch.bool)
-    positions, src_blocks, dst_blocks = positions[keep], src_blocks[keep], dst_blocks[keep]
-    if not len(positions):  # every loaded block was reported failed: nothing to compare
-        return []
-    offsets = positions % loaded.block_size
     written = stored.caches if held else views_over(stored.caches, stored.before)
     problems = []
     for layer, view in loaded.caches.items():
+        slots = _slots(stored, stored_id, loaded, loaded_id, ntokens, loaded.groups.get(layer, 0), held)
+        if slots is None:
+            continue
+        positions, src_blocks, dst_blocks = slots
+        offsets = positions % loaded.block_size
         want, got = token_rows(written[layer], src_blocks, offsets), token_rows(view, dst_blocks, offsets)
         bad = (want != got).any(dim=1).nonzero().flatten().tolist()
         if bad:
@@ -50,6 +49,23 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
                 f"{int(offsets[i])}): byte {byte} is 0x{int(got[i][byte]):02x}, but should be "
                 f"0x{int(want[i][byte]):02x}")
     return problems[:MAX_REPORTED]
+
+
+def _slots(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: int, group: int,
+           held: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(positions, stored blocks, loaded blocks) of the tokens to compare in ``group``, or None."""
+    if group == 0:
+        src_ids, dst_ids = (stored.blocks if held else stored.origin)[stored_id], loaded.blocks[loaded_id]
+    else:
+        src_ids, dst_ids = stored.group_blocks[stored_id][group], loaded.group_blocks[loaded_id][group]
+    positions = torch.arange(min(ntokens, len(src_ids) * stored.block_size, len(dst_ids) * loaded.block_size))
+    src_blocks = torch.tensor(src_ids, dtype=torch.long)[positions // stored.block_size]
+    dst_blocks = torch.tensor(dst_ids, dtype=torch.long)[positions // loaded.block_size]
+    keep = torch.tensor([int(d) not in loaded.load_errors and int(d) != NULL_BLOCK and int(s) != NULL_BLOCK
+                         for s, d in zip(src_blocks, dst_blocks)], dtype=torch.bool)
+    if not bool(keep.any()):  # every loaded block was reported failed (or lies outside a window)
+        return None
+    return positions[keep], src_blocks[keep], dst_blocks[keep]
 
 
 def changed_blocks(run: Run, blocks: Iterable[int]) -> list[str]:

@@ -23,7 +23,7 @@ from conformance.levels.connector.eras import Era
 from conformance.levels.connector.ledger import Ledger
 from conformance.levels.connector.slots import backing_bytes, copy_tokens, scatter_bytes, views_over
 from conformance.levels.subject import ConnectorChoice, side_channel_ports
-from conformance.verdict.clauses import count_load
+from conformance.verdict.clauses import count_load, running
 from conformance.verdict.forked import beat, call_forked
 from conformance.verdict.guard import Guarded, HarnessError, StoreTimeout, call_within
 
@@ -61,6 +61,23 @@ class PhantomHit(Exception):
         self.run = run
 
 
+class NotJudged(Exception):
+    """The running clause cannot judge this configuration yet (a hybrid model's several KV cache
+    groups, for a clause that follows one): Not runnable, with the reason."""
+
+
+# Clauses whose scenario follows one KV cache group only (block reuse across groups, recompute
+# after a preemption): Not runnable on a hybrid model rather than a verdict the suite cannot back.
+ONE_GROUP_CLAUSES = frozenset({"api_no_collateral_writes", "api_preemption"})
+
+
+def _judged_with(groups: int) -> None:
+    test = running()
+    if groups > 1 and test is not None and test.clause in ONE_GROUP_CLAUSES:
+        raise NotJudged(f"{test.clause} follows one KV cache group; this model has {groups} (vLLM's hybrid KV "
+                        "cache manager): not judged on a hybrid model yet")
+
+
 class LayoutRefused(ConnectorRaised):
     """The connector declined the layout up front (NotImplementedError while it was built or
     registered the caches): a clean refusal of a layout vLLM would not pick for it."""
@@ -88,6 +105,11 @@ class Run:
     # request id -> the kv_transfer_params vLLM handed back when it finished (a P/D producer's)
     transfer_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     reused: set[int] = field(default_factory=set)  # blocks overwritten once their request gave them back
+    freed_unsent: set[str] = field(default_factory=set)  # requests whose blocks came back unreported
+    # A hybrid model's KV cache groups (one per attention type under vLLM's hybrid KV cache manager):
+    # layer -> its group (absent: group 0), and request id -> its block ids in every group.
+    groups: dict[str, int] = field(default_factory=dict)
+    group_blocks: dict[str, list[list[int]]] = field(default_factory=dict)
 
     @property
     def num_blocks(self) -> int:
@@ -269,10 +291,15 @@ class ConnectorHarness:
         for new in out.scheduled_new_reqs:
             run.blocks[new.req_id] = list(new.block_ids[0])
             run.origin[new.req_id] = list(new.block_ids[0])
+            run.group_blocks[new.req_id] = [list(ids) for ids in new.block_ids]
             run.external_tokens[new.req_id] = new.num_computed_tokens
         cached = out.scheduled_cached_reqs
         resumed = self.era.resumed(out)
         for i, rid in enumerate(cached.req_ids):
+            if cached.new_block_ids[i]:
+                grown = [list(ids) for ids in cached.new_block_ids[i]]
+                known = run.group_blocks.get(rid) if rid not in resumed else None
+                run.group_blocks[rid] = [a + b for a, b in zip(known, grown)] if known else grown
             ids = list((cached.new_block_ids[i] or ([],))[0])
             if rid in resumed:
                 run.preempted.add(rid)
@@ -345,6 +372,8 @@ class _Pair:
         layer_names = [f"model.layers.{i}.self_attn.attn"
                        for i in range(config.model_config.get_num_layers(config.parallel_config))]
         kv_cache_config, self.caches = era.allocate(config, layer_names, num_blocks or harness.num_blocks, self.mla)
+        self.groups = {name: g for g, group in enumerate(kv_cache_config.kv_cache_groups) for name in group.layer_names}
+        _judged_with(len(kv_cache_config.kv_cache_groups))
         self.model_dtype = str(config.model_config.dtype).removeprefix("torch.")
         # vLLM's order: the worker builds its connector and registers the caches, then the engine
         # core builds the scheduler (whose connector may wait for a service the worker started) and
@@ -381,7 +410,8 @@ class _Pair:
         raw = backing_bytes(self.caches)
         phase.fill(raw, era.storage_dtype(self.config), self.model_dtype)
         scatter_bytes(self.caches, raw)
-        self.run = run = Run(self.kv_cache_dtype, self.layout, self.block_size, self.mla, self.caches, raw.clone())
+        self.run = run = Run(self.kv_cache_dtype, self.layout, self.block_size, self.mla, self.caches, raw.clone(),
+                             groups=self.groups)
         for request_id, prompt, *salt in phase.requests:
             self.ledger.admit(request_id)
             h._hook("scheduler", assert_scheduler.add_request,
@@ -442,11 +472,14 @@ class _Pair:
         """Overwrite, with the bitwise complement of what was computed there, every block an ended
         request gave back: what the next request vLLM gives that block would write."""
         pool = scheduler.kv_cache_manager.block_pool
-        freed = sorted({b for rid, ids in run.origin.items() if rid not in scheduler.requests
-                        for b in ids if b not in run.reused and pool.blocks[b].ref_cnt == 0})
+        held_by = [(rid, ids) for rid, groups in run.group_blocks.items() for ids in groups] + list(run.origin.items())
+        freed = sorted({b for rid, ids in held_by if rid not in scheduler.requests
+                        for b in ids if b and b not in run.reused and pool.blocks[b].ref_cnt == 0})
         if not freed:
             return
         run.reused |= set(freed)
+        # a request whose blocks came back with no finished_sending: freed when it finished
+        run.freed_unsent |= {rid for rid, ids in held_by if set(ids) & set(freed) and not self.ledger.reported("save", rid)}
         index = torch.tensor(freed, dtype=torch.long)
         for name, was in views_over(self.caches, run.before).items():
             flipped = (was[index].contiguous().view(torch.uint8) ^ 0xFF).view(was.dtype)

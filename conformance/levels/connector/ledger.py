@@ -33,6 +33,10 @@ class Ledger:
         for kind in set(REPORTS.values()):
             self._seen.pop((kind, request_id), None)
 
+    def reported(self, kind: str, request_id: str) -> bool:
+        """Whether a ``kind`` report (``save``, ``load``) for the request has passed this lifetime."""
+        return (kind, request_id) in self._seen
+
     def vet(self, output: Any, scheduler: Any, step: int) -> None:
         """Check ``output``'s reports against the scheduler's state before ``update_from_output``;
         remove the forbidden ones from ``output``."""

@@ -121,9 +121,9 @@ def _judged_pd(api, *, block_size, layout, dtype, ps, fills, declined=()) -> Non
         problems = checks.loaded_differences(made, rid, loaded, rid, n)
         if problems:
             reused = sorted(made.reused & set(made.origin.get(rid, ())))
-            why = (f"; the producer's blocks {reused[:8]} had been given back to vLLM (and reused) by then: "
-                   "request_finished must keep them (return True) until finished_sending reports the "
-                   "request" if reused else "")
+            why = (f"; the producer's blocks {reused[:8]} had been given back to vLLM (and reused) with no "
+                   "finished_sending: request_finished must keep them (return True) until finished_sending "
+                   "reports the request" if rid in made.freed_unsent else "")
             raise ClauseViolation(cid, f"request {rid!r}: the consumer loaded {n} tokens that differ from what the "
                                        f"producer computed {context}: " + "; ".join(problems) + why)
     unclean = _unclean(made, loaded)

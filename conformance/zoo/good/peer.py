@@ -76,7 +76,9 @@ class PeerConnector(KVConnectorBase_V1, SupportsHMA):
         self._finished_at: dict[str, float] = {}  # producer: when vLLM said the request finished
         self._received: set[str] = set()  # consumer: pulls done (or failed)
         self._failed: set[int] = set()  # consumer: blocks a pull could not fill
+        self._failed_requests: set[str] = set()  # consumer: requests whose pull failed
         self._errors: set[int] = set()  # consumer: failed blocks reported in this step
+        self._errors_by_request: set[str] = set()  # consumer: failed requests reported in this step
         self._server: socket.socket | None = None
 
     # --- scheduler side -----------------------------------------------------------------------
@@ -188,6 +190,8 @@ class PeerConnector(KVConnectorBase_V1, SupportsHMA):
             failed = {block for group in load["local"] for block in group}
         with self._lock:  # the failed blocks are reported no later than the finished load
             self._failed |= failed
+            if failed:
+                self._failed_requests.add(load["request_id"])
             self._received.add(load["request_id"])
 
     def _pull(self, load: dict[str, Any]) -> None:
@@ -237,12 +241,26 @@ class PeerConnector(KVConnectorBase_V1, SupportsHMA):
             self._pulled -= sending
             recving, self._received = self._received, set()
             self._errors |= self._failed
-            self._failed = set()
+            self._errors_by_request |= self._failed_requests & recving
+            self._failed, self._failed_requests = set(), self._failed_requests - recving
         return sending or None, recving or None
+
+    def get_transfer_results(self, finished_req_ids):
+        """vLLM >= 0.32: with several KV cache groups a block id names no request, so a failed load is
+        reported per request (``failed_recving``, beside ``finished_recving``), not by block."""
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+
+        sending, recving = self.get_finished(finished_req_ids)
+        failed: set[str] = set()
+        if len(set(self._group_of.values())) > 1:
+            with self._lock:
+                failed, self._errors_by_request, self._errors = self._errors_by_request, set(), set()
+        return KVConnectorTransferResults(finished_sending=set(sending or ()), finished_recving=set(recving or ()),
+                                          failed_recving=failed)
 
     def get_block_ids_with_load_errors(self):
         with self._lock:
-            errors, self._errors = self._errors, set()
+            errors, self._errors, self._errors_by_request = self._errors, set(), set()
         return errors
 
     def shutdown(self):

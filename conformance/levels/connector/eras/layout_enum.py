@@ -42,8 +42,13 @@ class LayoutEnumEra(HookEra):
 
     def allocate(self, config: Any, layer_names: Sequence[str], num_blocks: int,
                  mla: bool) -> tuple[Any, dict[str, torch.Tensor]]:
-        from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups
-        from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, MLAAttentionSpec
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups, get_kv_cache_groups
+        from vllm.v1.kv_cache_interface import (
+            FullAttentionSpec,
+            KVCacheGroupSpec,
+            MLAAttentionSpec,
+            SlidingWindowSpec,
+        )
         from vllm.v1.worker.utils import allocate_kv_cache
 
         model = config.model_config
@@ -52,10 +57,26 @@ class LayoutEnumEra(HookEra):
         spec = (MLAAttentionSpec(**common, cache_dtype_str=config.cache_config.cache_dtype) if mla
                 else FullAttentionSpec(**common))
         config.cache_config.num_gpu_blocks_override = num_blocks
+        windows = {} if mla else sliding_windows(model, layer_names)
+        if windows:  # a hybrid model: vLLM's own grouping (one group per attention type, or one when
+            # the hybrid KV cache manager is off, as it is for a connector that is not SupportsHMA)
+            groups = get_kv_cache_groups(config, {name: SlidingWindowSpec(**common, sliding_window=windows[name])
+                                                  if name in windows else spec for name in layer_names})
+        else:
+            groups = [KVCacheGroupSpec(list(layer_names), spec)]
         kv_cache_config = get_kv_cache_config_from_groups(
-            config, [KVCacheGroupSpec(list(layer_names), spec)],
-            available_memory=spec.page_size_bytes * len(layer_names) * num_blocks)
+            config, groups, available_memory=spec.page_size_bytes * len(layer_names) * num_blocks)
         config.cache_config.num_gpu_blocks = kv_cache_config.num_blocks
         caches = allocate_kv_cache(kv_cache_config, torch.device("cpu"),
                                    config.cache_config.get_resolved_kv_cache_layout())
         return kv_cache_config, caches
+
+
+def sliding_windows(model_config: Any, layer_names: Sequence[str]) -> dict[str, int]:
+    """Layer -> its sliding window, for the layers a hybrid model's config marks
+    ``sliding_attention`` (gemma3-hybrid-tiny); empty for a model whose layers all attend fully."""
+    text = model_config.hf_text_config
+    types, window = getattr(text, "layer_types", None), getattr(text, "sliding_window", None)
+    if not types or not window:
+        return {}
+    return {name: int(window) for name, kind in zip(layer_names, types) if kind == "sliding_attention"}
