@@ -27,7 +27,8 @@ CONNECTOR_CAPABILITIES = {
     "cache": "it serves KV it stored to a later request with the same prompt prefix (a prefix cache): "
              "implied unless pd is declared",
     "hma": "it works with vLLM's hybrid KV cache manager (subclasses SupportsHMA): on a hybrid model "
-           "(--kv-model gemma3-hybrid-tiny) its engines keep one KV cache group per attention type",
+           "(--kv-model gemma3-hybrid-tiny) its engines keep one KV cache group per attention type "
+           "(engine_hma_groups)",
 }
 
 

@@ -140,6 +140,24 @@ def test_a_pd_pair_fails_exactly_what_it_breaks(run_suite, connector):
             assert expected[test["clause"]] in test["message"], test["message"]
 
 
+@pytest.mark.parametrize("connector, failing", [
+    (GOOD + "peer:PeerConnector", set()),
+    (ZOO + "pd_first_group_only:FirstGroupOnlyConnector", {"api_pd_roundtrip"}),
+])
+def test_a_hybrid_models_kv_cache_groups_are_each_compared(run_suite, connector, failing):
+    """gemma3-hybrid-tiny under vLLM's hybrid KV cache manager (the connector is SupportsHMA): a
+    sliding-window group and a full-attention group, each layer compared through its own group's
+    blocks; a consumer that copies only the first group fails on the other group's layer."""
+    run = run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci",
+                    "--kv-model=gemma3-hybrid-tiny", "--kv-connector-capabilities=pd,hma",
+                    '--kv-connector-extra-config={"rendezvous": "{storage}"}', "-k", "test_pd", timeout=900)
+    statuses = run.statuses()
+    assert set(statuses) == PD and {c for c, s in statuses.items() if s == "Fail"} == failing, run.output[-3000:]
+    for test in run.results["tests"]:
+        if test["status"] == "Fail":
+            assert "model.layers.1.self_attn.attn" in test["message"], test["message"]  # the full-attention group
+
+
 def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
     """vLLM's DecodeBenchConnector claims num_tokens - 1 cached tokens for every new request and
     fills them with constants: the cold-cache control names that, not a byte or format mismatch."""
