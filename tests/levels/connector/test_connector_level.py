@@ -239,7 +239,7 @@ def test_a_connector_that_declines_this_platform_is_not_runnable(run_suite):
 
 @pytest.mark.parametrize("connector, says", [
     ("MultiConnector", "AssertionError"),  # no children configured
-    ("NixlConnector", "NIXL is not available"),  # its dependency is not installed here
+    ("FlexKVConnectorV1", "FlexKV is not installed"),  # its dependency is not installed here
 ])
 def test_a_connector_that_cannot_be_built_here_is_not_runnable_not_failed(run_suite, connector, says):
     """Built from its name alone it raises before any KV moved: no clause was broken, and the
