@@ -346,6 +346,11 @@ class ConnectorHarness:
             raise NotBuilt(exc.phase, exc.exc) from exc.exc
 
 
+def built_here() -> bool:
+    """Whether this process built a connector pair: the connector can be built here at all."""
+    return _Pair.built > 0
+
+
 class _Pair:
     """One engine's connector pair, without an engine: vLLM's config with the connector, caches
     allocated as the model runner allocates them, the worker-side connector built and registered

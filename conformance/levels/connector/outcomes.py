@@ -17,7 +17,7 @@ from conformance.levels.connector.harness import (
     NotJudged,
     PhantomHit,
     Run,
-    _Pair,
+    built_here,
 )
 from conformance.levels.subject import cannot_run_here
 from conformance.verdict.asserts import ClauseViolation
@@ -41,7 +41,7 @@ def connector_faults_fail(clause_id: str, context: str = "",
     except PhantomHit as exc:
         raise ClauseViolation(clause_id, str(exc)) from exc
     except NotBuilt as exc:
-        if _Pair.built:  # built here before: it declines this example's configuration (a block size)
+        if built_here():  # built here before: it declines this example's configuration (a block size)
             reject()
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}{cannot_run_here('the connector', str(exc))}")
     except ConnectorRaised as exc:
