@@ -20,7 +20,7 @@ import torch
 
 from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
-from conformance.levels.connector.ledger import Ledger
+from conformance.levels.connector.ledger import WAITING_FOR_LOAD, Ledger
 from conformance.levels.connector.slots import backing_bytes, copy_tokens, scatter_bytes, views_over
 from conformance.levels.subject import ConnectorChoice, side_channel_ports
 from conformance.verdict.clauses import count_load, running
@@ -97,7 +97,9 @@ class Run:
     # request id -> the blocks its KV was first computed in (``blocks`` differ after a preemption).
     origin: dict[str, list[int]] = field(default_factory=dict)
     external_tokens: dict[str, int] = field(default_factory=dict)  # request id -> tokens loaded
-    load_errors: set[int] = field(default_factory=set)  # block ids the connector said failed
+    load_errors: set[int] = field(default_factory=set)  # block ids the connector said failed, in time
+    # load errors vLLM could not act on: blocks no request was loading into in the step they came
+    late_load_errors: list[str] = field(default_factory=list)
     preempted: set[str] = field(default_factory=set)  # requests re-admitted after a preemption
     aborted: set[str] = field(default_factory=set)  # requests aborted through the scheduler
     misreports: list[str] = field(default_factory=list)  # transfer reports vLLM's contract forbids
@@ -460,8 +462,8 @@ class _Pair:
         h._track_blocks(out, run)
         connector_output = h._hook("worker hooks", self.runner.run_worker_step, self.worker.inner, out,
                                    run.caches, run.mla, self.config)
+        self._sort_load_errors(out, connector_output, inner, run)
         self.ledger.vet(connector_output, inner, self.step_no)
-        run.load_errors |= set(connector_output.invalid_block_ids or ())
         result = h.era.model_runner_output(inner, out, connector_output, SAMPLED_TOKEN)
         outputs = h._hook("scheduler", scheduler.update_from_output, out, result)
         for engine_outputs in (outputs or {}).values():
@@ -472,6 +474,35 @@ class _Pair:
             self._reuse_freed(inner, run)
         self.step_no += 1
         return True
+
+    def _sort_load_errors(self, out: Any, connector_output: Any, scheduler: Any, run: Run) -> None:
+        """Blocks reported as failed loads (``get_block_ids_with_load_errors``) count only in the step
+        of their load, as vLLM's scheduler maps them (``_handle_invalid_blocks``): the blocks of a
+        request loaded in this step (its computed prefix), waiting for an async load, or whose load
+        this step reports finished. A block reported later is ignored by vLLM: its request already
+        went on with what the block held (sampled from it, or finished)."""
+        reported = set(connector_output.invalid_block_ids or ())
+        if not reported:
+            return
+        loading: set[int] = set()
+        for new in out.scheduled_new_reqs:
+            loading |= set(list(new.block_ids[0])[:-(-new.num_computed_tokens // self.block_size)])
+        cached = out.scheduled_cached_reqs
+        resumed = self.harness.era.resumed(out)
+        for i, rid in enumerate(cached.req_ids):
+            if rid in resumed:
+                loading |= set(run.blocks[rid][:-(-cached.num_computed_tokens[i] // self.block_size)])
+        finishing = set(getattr(connector_output, "finished_recving", None) or ())
+        for rid, request in scheduler.requests.items():
+            if rid in finishing or request.status.name == WAITING_FOR_LOAD:
+                loading |= {b for ids in scheduler.kv_cache_manager.get_block_ids(rid) for b in ids}
+        run.load_errors |= reported & loading
+        late = sorted(reported - loading)
+        if late:
+            run.late_load_errors.append(
+                f"step {self.step_no}: block(s) {late[:8]} reported by get_block_ids_with_load_errors, but no "
+                "request was loading into them in that step (vLLM maps a failed block to the request whose "
+                "load it belongs to in the step it is reported, and ignores it otherwise)")
 
     def _reuse_freed(self, scheduler: Any, run: Run) -> None:
         """Overwrite, with the bitwise complement of what was computed there, every block an ended

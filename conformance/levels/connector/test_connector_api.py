@@ -315,6 +315,11 @@ def test_load_errors_reported(connector_api):
                                                "(get_block_ids_with_load_errors), which in an engine kills the worker: "):
         loaded = load_again()
     n = loaded.external_tokens.get("load", 0)
+    if loaded.late_load_errors:
+        raise ClauseViolation(cid, f"{context}the connector reported its failed blocks too late: "
+                                   + "; ".join(loaded.late_load_errors[:2]) + ". By then the request had gone on "
+                                   "with what the blocks held; report them from get_block_ids_with_load_errors in the "
+                                   f"step of the load (or of its finished_recving) {_where(loaded, 'load of unreadable files')}")
     problems = checks.loaded_differences(stored, "stored", loaded, "load", n)
     if problems:
         raise ClauseViolation(cid, f"{context}the connector claimed {n} tokens and reported {len(loaded.load_errors)} "

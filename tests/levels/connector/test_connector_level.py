@@ -73,6 +73,8 @@ EXPECTED = {
     # known-bad beside it skips the file just the same but reports nothing (a swallowed load error).
     GOOD + "load_error_reporting:LoadErrorReportingConnector": EXAMPLE_BUGS - {"api_load_errors_reported"},
     ZOO + "swallowed_load_error:SwallowedLoadErrorConnector": EXAMPLE_BUGS,
+    # Reports them, one step late: vLLM has let the request go on with what the blocks held.
+    ZOO + "late_load_error:LateLoadErrorConnector": EXAMPLE_BUGS,
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
 NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_chunked_prefill",
