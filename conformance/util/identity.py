@@ -85,7 +85,7 @@ def _source_tree(directory: Path) -> dict[str, Any]:
                 "problems": [f"{directory.name}/ is neither installed from a wheel nor in a git checkout: the tested "
                              "code has no version (build a wheel, or certify from a committed checkout)"]}
     status = _git(directory, "status", "--porcelain", "--untracked-files=all", "--", ".") or ""
-    changed = sorted(line[3:] for line in status.splitlines() if line.strip())
+    changed = sorted(line.split(maxsplit=1)[-1] for line in status.splitlines() if line.strip())  # 'XY path'
     problems = [f"{directory.name}/ has uncommitted changes ({', '.join(changed[:5])}"
                 f"{', ...' if len(changed) > 5 else ''}): the tested code is not commit {head[:12]}"] if changed else []
     return {**found, "git_commit": head, "dirty": bool(changed), "problems": problems}

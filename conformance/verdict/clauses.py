@@ -117,6 +117,10 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "a prompt stored under one cache_salt is never claimed for a request with another salt or "
            "none (one tenant is never served another's KV); the same salt still loads",
            requires=_CACHE, needs_load=True),
+    Clause("api_lora_isolation", _CONNECTOR,
+           "a prompt stored for a request of one LoRA adapter is never claimed for a request of another "
+           "adapter or of the base model (their KV differs); the same adapter still loads",
+           requires=_CACHE, needs_load=True),
     Clause("api_chunked_prefill", _CONNECTOR,
            "a prompt longer than the step's token budget (max_num_batched_tokens), prefilled in chunks, "
            "is loaded back byte for byte: the connector claims no token it did not persist",

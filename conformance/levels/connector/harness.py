@@ -124,13 +124,15 @@ class Phase:
     """What one stretch of an engine's lifetime serves: ``requests`` (request id, prompt token ids,
     and optionally a ``cache_salt``) admitted together over caches ``fill`` wrote; ``aborts`` names
     requests the client abandons after that many steps of the phase (0: before any step);
-    ``transfer`` the kv_transfer_params a request carries (P/D); ``reuse_freed`` overwrites each
-    block as soon as its request gave it back, as vLLM's next request in it would."""
+    ``transfer`` the kv_transfer_params a request carries (P/D); ``loras`` the LoRA adapter a
+    request is for; ``reuse_freed`` overwrites each block as soon as its request gave it back, as
+    vLLM's next request in it would."""
 
     requests: Sequence[tuple[Any, ...]]
     fill: Filler
     aborts: Mapping[str, int] = field(default_factory=dict)
     transfer: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    loras: Mapping[str, str] = field(default_factory=dict)
     reuse_freed: bool = False
 
 
@@ -213,7 +215,8 @@ class ConnectorHarness:
         cold = storage not in self._used
         self._used.add(storage)
         pair = _Pair(self, kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size, storage=storage,
-                     scheduling=scheduling, num_blocks=num_blocks or self.num_blocks)
+                     scheduling=scheduling, num_blocks=num_blocks or self.num_blocks,
+                     lora=any(phase.loras for phase in phases))
         runs: list[Run] = []
         try:
             for number, phase in enumerate(phases, 1):
@@ -362,14 +365,14 @@ class _Pair:
 
     def __init__(self, harness: ConnectorHarness, *, kv_cache_dtype: str, layout: str, block_size: int,
                  storage: str, scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
-                 role: str | None = None) -> None:
+                 role: str | None = None, lora: bool = False) -> None:
         self.harness, era = harness, harness.era
         self.kv_cache_dtype, self.layout = kv_cache_dtype, layout
         transfer = harness.connector.transfer_config(dict(harness.extra_config), str(harness.workdir / storage),
                                                      role=role)
         self.config = config = harness._setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(harness.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
-            block_size=block_size, scheduling=scheduling))
+            block_size=block_size, scheduling=scheduling, lora=lora))
         required = harness._setup("asking the connector for its KV cache layout", era.required_layout, config)
         if required is not None and required != layout:  # vLLM allocates the required one: never this draw
             raise LayoutRefused("get_required_kvcache_layout", NotImplementedError(
@@ -423,7 +426,8 @@ class _Pair:
             self.ledger.admit(request_id)
             h._hook("scheduler", assert_scheduler.add_request,
                     era.make_request(request_id, prompt, self.block_size, salt[0] if salt else None,
-                                     kv_transfer_params=phase.transfer.get(request_id)))
+                                     kv_transfer_params=phase.transfer.get(request_id),
+                                     lora=phase.loras.get(request_id)))
         self.phase, self.step_no = phase, 0
         self.drained_by: float | None = None
         self.extend()

@@ -43,6 +43,13 @@ def _bytes_back(cid: str, stored: Run, sid: str, loaded: Run, lid: str, context:
                                    f"from what it {what} {where(loaded, 'reload')}: " + "; ".join(problems))
 
 
+def _claimed_for_others(api: ConnectorHarness, cid: str, phases: list[Phase], owner: str) -> tuple[dict[str, int], Run]:
+    """The tokens the last phase's requests other than ``owner`` were claimed, and that phase's Run."""
+    with connector_faults_fail(cid):
+        *_, again = _lifetime(api, phases)
+    return {rid: n for rid, n in again.external_tokens.items() if n and rid != owner}, again
+
+
 @clause("api_cache_salt")
 def test_cache_salt(connector_api):
     cid = "api_cache_salt"
@@ -50,14 +57,29 @@ def test_cache_salt(connector_api):
     phases = [Phase([("tenant-a", ps.stored, "salt-a")], seeded_fill(21)),
               Phase([("tenant-b", ps.stored, "salt-b"), ("unsalted", ps.stored),
                      ("tenant-a-again", ps.stored, "salt-a")], seeded_fill(22))]
-    with connector_faults_fail(cid):
-        _, again = _lifetime(connector_api, phases)
-    leaked = {rid: n for rid, n in again.external_tokens.items() if n and rid != "tenant-a-again"}
+    leaked, again = _claimed_for_others(connector_api, cid, phases, "tenant-a-again")
     if leaked:
         raise ClauseViolation(cid, f"a {len(ps.stored)}-token prompt stored for a request with cache_salt='salt-a' "
                                    f"was claimed for requests of another salt or none ({leaked} tokens): one "
                                    "tenant is served another's KV. Key stored KV by the request's cache_salt "
                                    "too (vLLM puts it in the first block's hash) " + where(again, "salted reload"))
+
+
+@clause("api_lora_isolation")
+def test_lora_isolation(connector_api):
+    cid = "api_lora_isolation"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=35)
+    adapters = {"adapter-a": "adapter-a", "adapter-b": "adapter-b", "adapter-a-again": "adapter-a"}
+    phases = [Phase([("adapter-a", ps.stored)], seeded_fill(35), loras=adapters),
+              Phase([("adapter-b", ps.stored), ("base-model", ps.stored), ("adapter-a-again", ps.stored)],
+                    seeded_fill(36), loras=adapters)]
+    leaked, again = _claimed_for_others(connector_api, cid, phases, "adapter-a-again")
+    if leaked:
+        raise ClauseViolation(cid, f"a {len(ps.stored)}-token prompt stored for a request of LoRA adapter 'adapter-a' "
+                              f"was claimed for requests of another adapter or the base model ({leaked} tokens): "
+                              "their KV differs (the adapter changes every layer's K and V), so they are served "
+                              "wrong KV. Key stored KV by the request's lora_request too (vLLM puts its name in "
+                              "the block hashes) " + where(again, "reload under other adapters"))
 
 
 @clause("api_chunked_prefill")

@@ -1,7 +1,8 @@
 """vLLM's ExampleConnector with its lifecycle put right: the positive control of the lifecycle
 clauses, and the base each lifecycle known-bad (``conformance/zoo/connectors/``) breaks once.
 
-- the key includes the request's ``cache_salt`` (ExampleConnector keys on token ids only);
+- the key includes the request's ``cache_salt`` and LoRA adapter (ExampleConnector keys on token
+  ids only);
 - a prompt prefilled in chunks is saved once all of it is computed, from all its blocks
   (ExampleConnector saves at the first chunk, then claims the whole prompt);
 - saves are reported asynchronously: ``request_finished`` keeps the blocks and the worker reports
@@ -19,6 +20,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 
 class LifecycleConnector(ExampleConnector):
     KEY_SALT = True  # the cache_salt is part of the key
+    KEY_LORA = True  # so is the LoRA adapter's name
     SAVE_COMPLETE = True  # a prompt is saved once it is computed, not at its first chunk
 
     def __init__(self, *args, **kwargs):
@@ -36,9 +38,10 @@ class LifecycleConnector(ExampleConnector):
         return self._found_match_for_prompt(list(request.prompt_token_ids or []), self._tags(request))
 
     def _tags(self, request) -> list[str]:
-        """What besides the token ids names the KV: multimodal inputs and the tenant's salt."""
+        """What besides the token ids names the KV: multimodal inputs, the tenant's salt, the adapter."""
         salt = [f"cache_salt:{request.cache_salt}"] if self.KEY_SALT and request.cache_salt else []
-        return [f.identifier for f in request.mm_features] + salt
+        lora = [f"lora:{request.lora_request.lora_name}"] if self.KEY_LORA and request.lora_request else []
+        return [f.identifier for f in request.mm_features] + salt + lora
 
     def build_connector_meta(self, scheduler_output):
         meta = ExampleConnectorMetadata()

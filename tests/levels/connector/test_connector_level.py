@@ -19,10 +19,10 @@ PD = {c.id for c in CLAUSES.values() if c.level == "connector" and "pd" in c.req
 # Inherited from ExampleConnector's files: fp8 twins share a key, no checksum, and a file it cannot
 # parse raises in the worker instead of being reported (api_load_errors_reported).
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage", "api_load_errors_reported"}
-# Also inherited: a key of token ids alone (api_cache_salt), and a save at a prompt's first chunk
-# that later claims the whole prompt (a shape mismatch on load), hit by every scenario that prefills
-# in chunks (api_chunked_prefill, api_abort, api_preemption).
-LIFECYCLE_BUGS = {"api_cache_salt", "api_chunked_prefill", "api_abort", "api_preemption"}
+# Also inherited: a key of token ids alone (api_cache_salt, api_lora_isolation), and a save at a
+# prompt's first chunk that later claims the whole prompt (a shape mismatch on load), hit by every
+# scenario that prefills in chunks (api_chunked_prefill, api_abort, api_preemption).
+LIFECYCLE_BUGS = {"api_cache_salt", "api_lora_isolation", "api_chunked_prefill", "api_abort", "api_preemption"}
 EXAMPLE_BUGS = FILE_STORE_BUGS | LIFECYCLE_BUGS
 ZOO = "conformance.zoo.connectors."
 GOOD = "conformance.zoo.good."
@@ -36,8 +36,9 @@ EXPECTED = {
     "ExampleConnector": EXAMPLE_BUGS,
     # Against LMCache's real multiprocess server (started by the tier): chunks are keyed by the
     # torch dtype, uint8 for every fp8 format, so the fp8 twins read each other's chunks. A server
-    # restart loses its store: the load misses, which is a pass of api_damaged_storage.
-    "LMCacheMPConnector": {"api_format_isolation"},
+    # restart loses its store: the load misses, which is a pass of api_damaged_storage. Its key takes
+    # the cache_salt but not the LoRA adapter: one adapter's KV is served to another's requests.
+    "LMCacheMPConnector": {"api_format_isolation", "api_lora_isolation"},
     # Stores, but never claims a match: it loads nothing (a Fail where a load is required, Not exercised
     # where loaded bytes are compared; damaged storage it never reads is a Pass).
     ZOO + "noop:NoopConnector": {"api_save_load_roundtrip", "api_same_engine_roundtrip"},
@@ -63,6 +64,7 @@ EXPECTED = {
     # reported once): only its file format's bugs are left; each known-bad below breaks one thing.
     GOOD + "lifecycle:LifecycleConnector": FILE_STORE_BUGS,
     ZOO + "salt_blind:SaltBlindConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
+    ZOO + "lora_blind:LoraBlindConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     # Saves at the first chunk: every scenario that prefills in chunks claims what it never saved.
     ZOO + "early_save:EarlySaveConnector":
         {"api_chunked_prefill", "api_abort", "api_preemption"} | FILE_STORE_BUGS,
@@ -77,8 +79,8 @@ EXPECTED = {
     ZOO + "late_load_error:LateLoadErrorConnector": EXAMPLE_BUGS,
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
-NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_chunked_prefill",
-                                               "api_preemption"}}
+NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_lora_isolation",
+                                               "api_chunked_prefill", "api_preemption"}}
 
 # Clauses that catch the same bug when their drawn examples exercise it (a partial prefix that
 # happens to hit a whole stored block): allowed to fail, not required to (wpt's intermittent).
@@ -178,6 +180,10 @@ def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
      ["request 'a' (FINISHED_ABORTED) still holds its blocks", "request_finished returned True",
       "vLLM calls request_finished for an aborted request too"]),
     ("salt_blind:SaltBlindConnector", "api_cache_salt", ["cache_salt='salt-a'", "'tenant-b': 80", "Key stored KV"]),
+    ("lora_blind:LoraBlindConnector", "api_lora_isolation",
+     ["LoRA adapter 'adapter-a'", "'adapter-b': 80, 'base-model': 80", "by the request's lora_request"]),
+    ("late_load_error:LateLoadErrorConnector", "api_load_errors_reported",
+     ["reported its failed blocks too late", "no request was loading into them", "in the step of the load"]),
 ])
 def test_a_lifecycle_failure_names_the_request_the_hook_and_what_vllm_expects(run_suite, connector, clause, says):
     run = api_suite(run_suite, ZOO + connector, "-k", clause.removeprefix("api_"))

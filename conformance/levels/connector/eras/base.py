@@ -19,9 +19,11 @@ class Era(Protocol):
         """Every KV cache layout this vLLM defines (its own names)."""
 
     def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
-                    layout: str, block_size: int, scheduling: Mapping[str, int] | None = None) -> Any:
+                    layout: str, block_size: int, scheduling: Mapping[str, int] | None = None,
+                    lora: bool = False) -> Any:
         """A real ``VllmConfig`` for the CPU device with the connector configured; ``scheduling``
-        overrides ``SchedulerConfig`` knobs (a token budget that forces chunked prefill)."""
+        overrides ``SchedulerConfig`` knobs (a token budget that forces chunked prefill); ``lora``
+        enables LoRA adapters (``--enable-lora``), as an engine serving them has."""
 
     def storage_dtype(self, config: Any) -> torch.dtype:
         """The torch dtype vLLM allocates for the config's kv_cache_dtype (uint8 for every fp8)."""
@@ -44,7 +46,8 @@ class Era(Protocol):
         """The worker connector's handshake metadata handed to the scheduler's, as the engine core does."""
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
-                     cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None) -> Any: ...
+                     cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None,
+                     lora: str | None = None) -> Any: ...
 
     def abort(self, scheduler: Any, request_id: str) -> None:
         """Abort a request the way the engine core does (the scheduler's finish path)."""
