@@ -31,8 +31,7 @@ class HookEra:
     def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
                     layout: str, block_size: int, scheduling: Mapping[str, int] | None = None,
                     lora: bool = False) -> Any:
-        from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, LoRAConfig, ModelConfig, SchedulerConfig,
-                                 VllmConfig)
+        from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
 
         model_config = ModelConfig(model=model, seed=0)
         knobs = {"max_num_seqs": 16, "max_num_batched_tokens": 4096, **(scheduling or {})}
