@@ -8,5 +8,6 @@ from conformance.zoo.good.load_error_reporting import LoadErrorReportingConnecto
 
 class LateLoadErrorConnector(LoadErrorReportingConnector):
     def get_block_ids_with_load_errors(self) -> set[int]:
-        due, self._due = getattr(self, "_due", set()), super().get_block_ids_with_load_errors()
+        due: set[int] = getattr(self, "_due", set())
+        self._due = super().get_block_ids_with_load_errors()
         return due
