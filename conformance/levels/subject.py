@@ -26,6 +26,8 @@ CONNECTOR_CAPABILITIES = {
           "clauses apply; the prefix-cache clauses only if it declares cache too",
     "cache": "it serves KV it stored to a later request with the same prompt prefix (a prefix cache): "
              "implied unless pd is declared",
+    "stats": "it reports transfer statistics (get_kv_connector_stats, build_kv_connector_stats), which vLLM's "
+             "scheduler gathers and its frontend logs and exports: api_connector_stats applies",
     "hma": "it works with vLLM's hybrid KV cache manager (subclasses SupportsHMA): on a hybrid model "
            "(--kv-model gemma3-hybrid-tiny) its engines keep one KV cache group per attention type "
            "(engine_hma_groups)",

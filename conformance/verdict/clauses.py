@@ -139,6 +139,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "exactly once, only for a request vLLM holds for it, and every block comes back once the "
            "requests ended",
            requires=_CACHE),
+    Clause("api_connector_stats", _CONNECTOR,
+           "over a store and a reload, the connector's transfer statistics reach vLLM's frontend as vLLM "
+           "carries them: gathered by the scheduler (the workers' get_kv_connector_stats aggregated with its "
+           "own) and not empty, through the engine core's msgpack encoding, rebuilt by "
+           "build_kv_connector_stats, aggregated and reduced to numbers by vLLM's own KVConnectorLogging",
+           requires=frozenset({"cache", "stats"})),
     Clause("api_load_errors_reported", _CONNECTOR,
            "with each stored file cut short (its last byte gone), the connector loads nothing or reports "
            "the blocks it could not read (get_block_ids_with_load_errors, in the step of the load): it "

@@ -112,6 +112,8 @@ class Run:
     # layer -> its group (absent: group 0), and request id -> its block ids in every group.
     groups: dict[str, int] = field(default_factory=dict)
     group_blocks: dict[str, list[list[int]]] = field(default_factory=dict)
+    # the engine core's outputs of each step whose scheduler stats carry a connector stats payload
+    stats: list[Any] = field(default_factory=list)
 
     @property
     def num_blocks(self) -> int:
@@ -471,6 +473,8 @@ class _Pair:
         result = h.era.model_runner_output(inner, out, connector_output, SAMPLED_TOKEN)
         outputs = h._hook("scheduler", scheduler.update_from_output, out, result)
         for engine_outputs in (outputs or {}).values():
+            if getattr(engine_outputs.scheduler_stats, "kv_connector_stats", None):
+                run.stats.append(engine_outputs)
             for output in engine_outputs.outputs:
                 if getattr(output, "kv_transfer_params", None):
                     run.transfer_params[output.request_id] = output.kv_transfer_params

@@ -154,3 +154,37 @@ def test_transfer_reports(connector_api):
         if wrong:
             raise ClauseViolation(cid, "over two passes (two prompts stored, then loaded): " + "; ".join(wrong[:3]))
 
+
+
+@clause("api_connector_stats")
+def test_connector_stats(connector_api):
+    cid = "api_connector_stats"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=37)
+    phases = [Phase([("stored", ps.stored)], seeded_fill(37)), Phase([("load", ps.stored)], seeded_fill(38))]
+    with connector_faults_fail(cid):
+        stored, loaded = _lifetime(connector_api, phases)
+    context = (f"over a lifetime that stored a {len(ps.stored)}-token prompt and loaded "
+               f"{loaded.external_tokens.get('load', 0)} of its tokens again")
+    carried = stored.stats + loaded.stats
+    if not carried:
+        raise ClauseViolation(cid, f"{context}, vLLM's scheduler gathered no connector stats in any step: the "
+                                   "workers' get_kv_connector_stats and the scheduler side's returned nothing, so "
+                                   "vLLM's logs and metrics show no transfer (the connector declares 'stats')")
+    transfer = connector_api.connector.transfer_config(dict(connector_api.extra_config), str(connector_api.workdir))
+    try:
+        logged = connector_api.era.logged_stats(transfer, carried)
+    except Exception as exc:
+        raise ClauseViolation(cid, f"{context}, the stats of {len(carried)} step(s) did not survive vLLM's path to its "
+                                   f"frontend (the engine core's msgpack encoding, then KVConnectorLogging's "
+                                   f"build_kv_connector_stats, aggregate, is_empty and reduce): {type(exc).__name__}: "
+                                   f"{exc}. vLLM's stats logger runs this every logging interval") from exc
+    if logged is None:
+        raise ClauseViolation(cid, f"{context}, the scheduler carried stats in {len(carried)} step(s), but the "
+                                   "connector class's build_kv_connector_stats rebuilt none from them: vLLM's frontend "
+                                   "drops them ('Stats will not be logged'). Return your KVConnectorStats subclass "
+                                   "built from the data dict")
+    odd = {k: v for k, v in logged.items() if not isinstance(v, (int, float)) or isinstance(v, bool)}
+    if not logged or odd:
+        raise ClauseViolation(cid, f"{context}, vLLM's stats logger reduced the connector's stats to {logged!r}: "
+                                   + (f"{sorted(odd)} are not numbers (reduce() must give int or float values)"
+                                      if odd else "empty, though KV was stored and loaded"))

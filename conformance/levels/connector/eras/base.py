@@ -52,6 +52,10 @@ class Era(Protocol):
     def abort(self, scheduler: Any, request_id: str) -> None:
         """Abort a request the way the engine core does (the scheduler's finish path)."""
 
+    def logged_stats(self, transfer: Mapping[str, Any], engine_outputs: Sequence[Any]) -> dict[str, int | float] | None:
+        """What vLLM's frontend logs of the connector's stats carried by ``engine_outputs``; None when
+        vLLM dropped them (the connector class rebuilt none)."""
+
     def resumed(self, scheduler_output: Any) -> set[str]:
         """Request ids this step re-admits after a preemption."""
 

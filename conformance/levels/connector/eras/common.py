@@ -127,6 +127,24 @@ class HookEra:
 
         scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
 
+    def logged_stats(self, transfer: Mapping[str, Any], engine_outputs: Sequence[Any]) -> dict[str, int | float] | None:
+        """The engine core's outputs through its msgpack encoder and the frontend's decoder, their
+        connector stats observed by vLLM's own ``KVConnectorLogging`` (``build_kv_connector_stats``,
+        ``aggregate``) and logged (``is_empty``, ``reduce``) as its logger does, over one interval."""
+        from vllm.config import KVTransferConfig
+        from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorLogging
+        from vllm.v1.engine import EngineCoreOutputs
+        from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+
+        encoder, decoder = MsgpackEncoder(), MsgpackDecoder(EngineCoreOutputs)
+        logging = KVConnectorLogging(KVTransferConfig(**transfer))
+        for outputs in engine_outputs:
+            logging.observe(decoder.decode(encoder.encode(outputs)).scheduler_stats.kv_connector_stats)
+        accumulated = logging.transfer_stats_accumulator
+        if accumulated is None:
+            return None
+        return {} if accumulated.is_empty() else accumulated.reduce()  # what KVConnectorLogging.log prints
+
     def resumed(self, scheduler_output: Any) -> set[str]:
         """The cached requests this step re-admits after a preemption (their block ids replace the old)."""
         cached = scheduler_output.scheduled_cached_reqs
