@@ -134,6 +134,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "requests preempted for want of blocks and re-admitted (the connector asked again) finish "
            "without a hook raising, and what they saved loads back byte for byte",
            lossless=True, requires=_CACHE, needs_load=True),
+    Clause("api_async_load", _CONNECTOR,
+           "a request the connector loads asynchronously (load_async=True), asked for alone, is reported "
+           "loaded (finished_recving) over steps without a forward pass (vLLM's kv_connector_no_forward: no "
+           "layer hook runs) and holds its stored bytes; a connector that loads synchronously is Not runnable "
+           "here (api_chunked_prefill judges loads larger than the step's token budget, async ones included)",
+           lossless=True, requires=_CACHE),
     Clause("api_transfer_reports", _CONNECTOR,
            "get_finished reports each finished async save (finished_sending) and load (finished_recving) "
            "exactly once, only for a request vLLM holds for it, and every block comes back once the "

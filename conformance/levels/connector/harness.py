@@ -61,6 +61,12 @@ class PhantomHit(Exception):
         self.run = run
 
 
+class TransferStalled(HarnessError):
+    """Every request left waits for an async load the connector never reported, though vLLM kept
+    stepping (steps without a forward pass, as vLLM's ``kv_connector_no_forward`` runs them). An
+    Error of any clause it stops; the clause that judges async loads makes it a Fail."""
+
+
 class NotJudged(Exception):
     """The running clause cannot judge this configuration yet (a hybrid model's several KV cache
     groups, for a clause that follows one): Not runnable, with the reason."""
@@ -114,6 +120,7 @@ class Run:
     group_blocks: dict[str, list[list[int]]] = field(default_factory=dict)
     # the engine core's outputs of each step whose scheduler stats carry a connector stats payload
     stats: list[Any] = field(default_factory=list)
+    async_loads: set[str] = field(default_factory=set)  # requests that waited for an async load
 
     @property
     def num_blocks(self) -> int:
@@ -459,10 +466,9 @@ class _Pair:
                 if now > self.drained_by:
                     return False
         elif now > self.deadline:
-            left = sorted(inner.requests)
-            raise HarnessError(f"{h.connector.label}: requests {left} did not finish within {h.timeout_s:g}s "
-                               "(an async load or save that never completes?)")
+            self._stalled(inner)
         out = h._hook("scheduler", scheduler.schedule)
+        run.async_loads |= {rid for rid, request in inner.requests.items() if request.status.name == WAITING_FOR_LOAD}
         if not out.total_num_scheduled_tokens:
             time.sleep(IDLE_STEP_PAUSE_S)
         h._track_blocks(out, run)
@@ -482,6 +488,21 @@ class _Pair:
             self._reuse_freed(inner, run)
         self.step_no += 1
         return True
+
+    def _stalled(self, scheduler: Any) -> None:
+        """The phase's deadline passed with requests unfinished: say which, and what they wait for."""
+        h, left = self.harness, sorted(scheduler.requests)
+        waiting = [rid for rid in left if scheduler.requests[rid].is_finished() is False
+                   and scheduler.requests[rid].status.name == WAITING_FOR_LOAD]
+        if waiting and len(waiting) == scheduler.get_num_unfinished_requests():
+            raise TransferStalled(
+                f"request(s) {waiting} waited {h.timeout_s:g}s for their async load (WAITING_FOR_REMOTE_KVS: "
+                "get_num_new_matched_tokens returned load_async=True) over steps in which vLLM had nothing else "
+                "to compute, and get_finished never reported them in finished_recving. In such a step vLLM runs no "
+                "layer (kv_connector_no_forward): only bind_connector_metadata, start_load_kv, wait_for_save, "
+                "get_finished and clear_connector_metadata, so an async load must make progress there")
+        raise HarnessError(f"{h.connector.label}: requests {left} did not finish within {h.timeout_s:g}s "
+                           "(an async load or save that never completes?)")
 
     def _sort_load_errors(self, out: Any, connector_output: Any, scheduler: Any, run: Run) -> None:
         """Blocks reported as failed loads (``get_block_ids_with_load_errors``) count only in the step

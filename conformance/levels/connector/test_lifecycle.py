@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from conformance.levels.connector import checks
-from conformance.levels.connector.harness import ConnectorHarness, Phase, Run
+from conformance.levels.connector.harness import ConnectorHarness, Phase, Run, TransferStalled
 from conformance.levels.connector.outcomes import connector_faults_fail, where
 from conformance.levels.connector.scenarios import seeded_fill, unique_prompts
 from conformance.verdict.asserts import ClauseViolation
@@ -139,6 +139,25 @@ def test_preemption(connector_api):
     for rid, run in zip(("a", "b"), again):
         _bytes_back(cid, first, rid, run, f"{rid}-again", f"{context}{sorted(first.preempted)} preempted and "
                     "re-admitted, then each prompt asked for again")
+
+
+@clause("api_async_load")
+def test_async_load(connector_api):
+    cid = "api_async_load"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=39)
+    phases = [Phase([("stored", ps.stored)], seeded_fill(39)), Phase([("load", ps.stored)], seeded_fill(40))]
+    context = f"a {len(ps.stored)}-token prompt stored, then asked for again alone: "
+    try:
+        with connector_faults_fail(cid, context):
+            stored, loaded = _lifetime(connector_api, phases)
+    except TransferStalled as exc:
+        raise ClauseViolation(cid, context + str(exc)) from exc
+    if "load" not in loaded.async_loads:
+        n = loaded.external_tokens.get("load", 0)
+        how = (f"loaded {n} tokens synchronously (get_num_new_matched_tokens returned load_async=False)" if n
+               else "claimed nothing for the stored prompt")
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}the connector {how}: no async load to judge")
+    _bytes_back(cid, stored, "stored", loaded, "load", context + "its async load done")
 
 
 @clause("api_transfer_reports")

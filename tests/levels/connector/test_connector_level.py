@@ -82,6 +82,9 @@ EXPECTED = {
     ZOO + "late_load_error:LateLoadErrorConnector": EXAMPLE_BUGS,
     # The lifecycle control with transfer statistics, and the same stats its class cannot rebuild.
     GOOD + "stats:StatsConnector": FILE_STORE_BUGS,
+    # The lifecycle control loading asynchronously (its loads run in steps without a forward pass).
+    # Its known-bad (forward_only_load) stalls every lone load, so only its clause is run, below.
+    GOOD + "async_load:AsyncLoadConnector": FILE_STORE_BUGS,
     ZOO + "stats_unbuilt:UnbuiltStatsConnector": {"api_connector_stats"} | FILE_STORE_BUGS,
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
@@ -190,6 +193,8 @@ def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
     ("salt_blind:SaltBlindConnector", "api_cache_salt", ["cache_salt='salt-a'", "'tenant-b': 80", "Key stored KV"]),
     ("lora_blind:LoraBlindConnector", "api_lora_isolation",
      ["LoRA adapter 'adapter-a'", "'adapter-b': 80, 'base-model': 80", "by the request's lora_request"]),
+    ("forward_only_load:ForwardOnlyLoadConnector", "api_async_load",
+     ["request(s) ['load'] waited", "kv_connector_no_forward", "get_finished never reported them"]),
     ("late_load_error:LateLoadErrorConnector", "api_load_errors_reported",
      ["reported its failed blocks too late", "no request was loading into them", "in the step of the load"]),
 ])
