@@ -189,6 +189,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "really loaded external KV (external prefix-cache hits > 0); on its first pass, over empty "
            "storage, it claims no external hit",
            requires=_CACHE, needs_load=True),
+    Clause("engine_abort", _ENGINE,
+           "requests aborted through the engine's own abort_request one step after they were added (their "
+           "KV saved or being saved) leave the engine serving: every block comes back (vLLM can reset its "
+           "prefix cache), and their prompts asked for again produce the baseline's tokens and logprob bits",
+           requires=_CACHE),
     Clause("engine_pd_roundtrip", _ENGINE,
            "a consumer engine (kv_consumer) whose requests carry the kv_transfer_params a producer engine "
            "(kv_producer, still serving) returned for the same prompts produces the no-connector "

@@ -41,12 +41,17 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
     boundaries = [tokens(n) for n in (bs - 1, bs, bs + 1, 2 * bs, 2 * bs + 1, 3 * bs + 7, 4 * bs)]
     shared = tokens(2 * bs)
     concurrent = [shared + tokens(9), shared + tokens(bs + 3), tokens(2 * bs + 5), tokens(3 * bs)]
+    abandoned = [tokens(3 * bs + 5), tokens(2 * bs + 3)]
     return {
         "boundaries": {"name": "boundaries", "prompts": boundaries},
         "extends": {"name": "extends", "prompts": [boundaries[-1] + tokens(bs + 11)]},
         "concurrent": {"name": "concurrent", "prompts": concurrent, "together": True},
         # Stored prompts asked for by another tenant: vLLM keys its own prefix cache by cache_salt.
         "salted": {"name": "salted", "prompts": boundaries[-2:], "cache_salt": SALT},
+        # Requests the client abandons one engine step after adding them (prefilled, their KV saved or
+        # being saved), then the same prompts asked for again.
+        "aborted": {"name": "aborted", "prompts": abandoned, "abort_after_steps": 1},
+        "after_abort": {"name": "after_abort", "prompts": abandoned},
     }
 
 
@@ -140,8 +145,9 @@ class EngineCell:
         load = ["extends", "boundaries", "concurrent"]
         dtype = self.kv_cache_dtype
         return {
-            "baseline": lambda: self._spec(dtype, None, load),
-            SAME_ENGINE: lambda: self._spec(dtype, SAME_ENGINE, STORED, reload=[*load, "salted"]),
+            "baseline": lambda: self._spec(dtype, None, [*load, "after_abort"]),
+            SAME_ENGINE: lambda: self._spec(dtype, SAME_ENGINE, [*STORED, "aborted"],
+                                            reload=[*load, "salted", "after_abort"]),
             "store": lambda: self._spec(dtype, "store", STORED),
             "load": lambda: self._spec(dtype, "load", load),
             "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),

@@ -7,8 +7,10 @@ process leaves through ``os._exit`` so that no teardown can hang it.
 SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``,
 ``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
 ``[{"name", "prompts": [[token ids]], "together": bool, "phase": int, "cache_salt": str,
-"kv_transfer_params": [one dict per prompt]}]``; a batch ``together`` is
-submitted in one ``generate`` call (concurrent requests), otherwise prompt by prompt. Before the
+"kv_transfer_params": [one dict per prompt], "abort_after_steps": int}]``; a batch ``together`` is
+submitted in one ``generate`` call (concurrent requests), otherwise prompt by prompt; a batch with
+``abort_after_steps`` is added at once and aborted through the engine's own ``abort_request`` after
+that many engine steps (``aborted`` in the result says what became of it). Before the
 first batch of each later phase the engine's own prefix cache is reset (``reset_prefix_cache``),
 so what comes back in that phase comes back through the connector.
 Logprobs are recorded as ``float.hex`` strings: compared as bits, never as floats.
@@ -170,6 +172,10 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
             phase = batch["phase"]
             resets.append(_reset_prefix_cache(llm))
         t = time.perf_counter()
+        if batch.get("abort_after_steps") is not None:
+            result.setdefault("aborted", {})[batch["name"]] = _abandon(llm, batch, params(None))
+            timings[batch["name"]] = round(time.perf_counter() - t, 3)
+            continue
         salt = {"cache_salt": batch["cache_salt"]} if batch.get("cache_salt") else {}
         prompts = [TokensPrompt(prompt_token_ids=p, **salt) for p in batch["prompts"]]
         transfers = batch.get("kv_transfer_params") or [spec.get("kv_transfer_params")] * len(prompts)
@@ -192,6 +198,28 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["ok"] = True
     if spec.get("serve_until"):
         _serve(llm, spec, result)
+
+
+def _abandon(llm: Any, batch: dict[str, Any], params: Any, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Add ``batch``'s requests, step the engine ``abort_after_steps`` times, abort the ones still running
+    through the engine's own ``abort_request`` (as a client that went away), step until the engine
+    holds no request, and ask vLLM to reset its prefix cache: which it refuses while any block is held."""
+    from vllm.inputs import TokensPrompt
+
+    engine = llm.llm_engine
+    ids = [f"{batch['name']}-{i}" for i in range(len(batch["prompts"]))]
+    for rid, prompt in zip(ids, batch["prompts"]):
+        engine.add_request(rid, TokensPrompt(prompt_token_ids=prompt), params)
+    finished = set()
+    for _ in range(batch["abort_after_steps"]):
+        finished |= {out.request_id for out in engine.step() if out.finished}
+    running = [rid for rid in ids if rid not in finished]
+    engine.abort_request(running)
+    deadline = time.monotonic() + timeout_s
+    while engine.has_unfinished_requests() and time.monotonic() < deadline:
+        engine.step()
+    return {"requests": len(ids), "aborted": len(running), "steps": batch["abort_after_steps"],
+            "drained": not engine.has_unfinished_requests(), "blocks_back": _reset_prefix_cache(llm, timeout_s)}
 
 
 def _serve(llm: Any, spec: dict[str, Any], result: dict[str, Any]) -> None:

@@ -125,6 +125,30 @@ def test_engine_same_engine_reload(cell):
                f"the engine reloading after reset_prefix_cache ({hits:g} external hit tokens)")
 
 
+@clause("engine_abort")
+def test_engine_abort(cell):
+    cid = "engine_abort"
+    base = _baseline(cell)
+    # Judged before the engine's own fate: blocks an abort never gave back are why vLLM fails later.
+    abandoned = (cell.run(SAME_ENGINE).result.get("aborted") or {}).get("aborted")
+    what = abandoned and (f"{abandoned['aborted']} requests aborted through the engine's abort_request "
+                          f"{abandoned['steps']} step(s) after they were added")
+    if abandoned and abandoned["aborted"] and not (abandoned["drained"] and abandoned["blocks_back"]):
+        raise ClauseViolation(cid, (
+            f"after {what}, " + ("the engine still held them 60 s later" if not abandoned["drained"] else
+                                 "vLLM refused to reset its prefix cache for 60 s: their blocks were never given back")
+            + f". vLLM calls request_finished for an aborted request too; if {cell.connector.label} keeps the "
+            "blocks for an async save (returns True), it must report the request in finished_sending"))
+    engine = _connector_run(cell, SAME_ENGINE, cid)
+    if not abandoned:
+        raise HarnessError(f"engine {SAME_ENGINE} recorded no aborted batch: the suite's engine child did not run it")
+    if not abandoned["aborted"]:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}all {abandoned['requests']} requests finished within "
+                    f"{abandoned['steps']} engine step(s), before the abort: nothing was aborted")
+    _identical(cell, engine.phase(1), base, ["after_abort"], cid,
+               f"after {what}, the same prompts asked for again (after a prefix-cache reset)")
+
+
 @clause("engine_cache_salt")
 def test_engine_cache_salt(cell):
     cid = "engine_cache_salt"
