@@ -121,6 +121,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "a prompt stored for a request of one LoRA adapter is never claimed for a request of another "
            "adapter or of the base model (their KV differs); the same adapter still loads",
            requires=_CACHE, needs_load=True),
+    Clause("api_prompt_embeds", _CONNECTOR,
+           "a prompt given as embeddings (prompt_embeds, no token ids) is never claimed for a request of "
+           "other embeddings or of token ids; the same embeddings load byte for byte; no hook raises on a "
+           "request without token ids",
+           lossless=True, requires=_CACHE, needs_load=True),
     Clause("api_chunked_prefill", _CONNECTOR,
            "a prompt longer than the step's token budget (max_num_batched_tokens), prefilled in chunks, "
            "is loaded back byte for byte: the connector claims no token it did not persist",

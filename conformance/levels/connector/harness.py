@@ -61,6 +61,17 @@ class PhantomHit(Exception):
         self.run = run
 
 
+class NegativeClaim(Exception):
+    """The connector's get_num_new_matched_tokens claimed a negative number of tokens, which vLLM's
+    scheduler takes as the request's computed tokens (a prompt it mis-measured)."""
+
+    def __init__(self, request_id: str, claimed: int) -> None:
+        super().__init__(f"get_num_new_matched_tokens claimed {claimed} tokens for request {request_id!r}, a "
+                         "negative count vLLM's scheduler takes as the request's computed tokens (its "
+                         f"num_computed_tokens becomes {claimed}): measure the prompt by request.num_prompt_tokens "
+                         "(a prompt given as embeddings has no prompt_token_ids) and claim 0 or more")
+
+
 class TransferStalled(HarnessError):
     """Every request left waits for an async load the connector never reported, though vLLM kept
     stepping (steps without a forward pass, as vLLM's ``kv_connector_no_forward`` runs them). An
@@ -134,15 +145,22 @@ class Phase:
     and optionally a ``cache_salt``) admitted together over caches ``fill`` wrote; ``aborts`` names
     requests the client abandons after that many steps of the phase (0: before any step);
     ``transfer`` the kv_transfer_params a request carries (P/D); ``loras`` the LoRA adapter a
-    request is for; ``reuse_freed`` overwrites each block as soon as its request gave it back, as
-    vLLM's next request in it would."""
+    request is for; ``embeds`` the seed of the embeddings a request is given instead of its token
+    ids (its prompt's length theirs); ``reuse_freed`` overwrites each block as soon as its request
+    gave it back, as vLLM's next request in it would."""
 
     requests: Sequence[tuple[Any, ...]]
     fill: Filler
     aborts: Mapping[str, int] = field(default_factory=dict)
     transfer: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     loras: Mapping[str, str] = field(default_factory=dict)
+    embeds: Mapping[str, int] = field(default_factory=dict)
     reuse_freed: bool = False
+
+    @property
+    def serves(self) -> frozenset[str]:
+        """What the engine must enable for this phase's requests besides token-id prompts."""
+        return frozenset(name for name, used in (("lora", self.loras), ("prompt_embeds", self.embeds)) if used)
 
 
 @dataclass
@@ -225,7 +243,7 @@ class ConnectorHarness:
         self._used.add(storage)
         pair = _Pair(self, kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size, storage=storage,
                      scheduling=scheduling, num_blocks=num_blocks or self.num_blocks,
-                     lora=any(phase.loras for phase in phases))
+                     serves=frozenset().union(*(phase.serves for phase in phases)))
         runs: list[Run] = []
         try:
             for number, phase in enumerate(phases, 1):
@@ -303,6 +321,8 @@ class ConnectorHarness:
         blocks, and the tokens it recomputes there get the bytes it computed the first time (as a
         deterministic model writes them), so its KV stays comparable with ``Run.origin``."""
         for new in out.scheduled_new_reqs:
+            if new.num_computed_tokens < 0:
+                raise NegativeClaim(new.req_id, new.num_computed_tokens)
             run.blocks[new.req_id] = list(new.block_ids[0])
             run.origin[new.req_id] = list(new.block_ids[0])
             run.group_blocks[new.req_id] = [list(ids) for ids in new.block_ids]
@@ -374,14 +394,14 @@ class _Pair:
 
     def __init__(self, harness: ConnectorHarness, *, kv_cache_dtype: str, layout: str, block_size: int,
                  storage: str, scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
-                 role: str | None = None, lora: bool = False) -> None:
+                 role: str | None = None, serves: frozenset[str] = frozenset()) -> None:
         self.harness, era = harness, harness.era
         self.kv_cache_dtype, self.layout = kv_cache_dtype, layout
         transfer = harness.connector.transfer_config(dict(harness.extra_config), str(harness.workdir / storage),
                                                      role=role)
         self.config = config = harness._setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(harness.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
-            block_size=block_size, scheduling=scheduling, lora=lora))
+            block_size=block_size, scheduling=scheduling, serves=serves))
         required = harness._setup("asking the connector for its KV cache layout", era.required_layout, config)
         if required is not None and required != layout:  # vLLM allocates the required one: never this draw
             raise LayoutRefused("get_required_kvcache_layout", NotImplementedError(
@@ -436,11 +456,20 @@ class _Pair:
             h._hook("scheduler", assert_scheduler.add_request,
                     era.make_request(request_id, prompt, self.block_size, salt[0] if salt else None,
                                      kv_transfer_params=phase.transfer.get(request_id),
-                                     lora=phase.loras.get(request_id)))
+                                     lora=phase.loras.get(request_id), prompt_embeds=self._embeds(phase, request_id,
+                                                                                                  len(prompt))))
         self.phase, self.step_no = phase, 0
         self.drained_by: float | None = None
         self.extend()
         return run
+
+    def _embeds(self, phase: Phase, request_id: str, length: int) -> torch.Tensor | None:
+        """The request's prompt embeddings (seeded, in the model's dtype), if the phase gives it any."""
+        seed = phase.embeds.get(request_id)
+        if seed is None:
+            return None
+        hidden = self.config.model_config.get_hidden_size()
+        return torch.randn(length, hidden, generator=torch.Generator().manual_seed(seed)).to(self.config.model_config.dtype)
 
     def extend(self) -> None:
         """Restart the phase's clock (a producer waiting for its consumer)."""

@@ -13,6 +13,7 @@ from hypothesis import reject
 from conformance.levels.connector.harness import (
     ConnectorRaised,
     LayoutRefused,
+    NegativeClaim,
     NotBuilt,
     NotJudged,
     PhantomHit,
@@ -38,8 +39,8 @@ def connector_faults_fail(clause_id: str, context: str = "",
         reject()  # a layout this connector declines up front is not one vLLM would give it
     except NotJudged as exc:
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
-    except PhantomHit as exc:
-        raise ClauseViolation(clause_id, str(exc)) from exc
+    except (PhantomHit, NegativeClaim) as exc:
+        raise ClauseViolation(clause_id, f"{context}{exc}") from exc
     except NotBuilt as exc:
         if built_here():  # built here before: it declines this example's configuration (a block size)
             reject()

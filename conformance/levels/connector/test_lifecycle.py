@@ -82,6 +82,30 @@ def test_lora_isolation(connector_api):
                               "the block hashes) " + where(again, "reload under other adapters"))
 
 
+@clause("api_prompt_embeds")
+def test_prompt_embeds(connector_api):
+    cid = "api_prompt_embeds"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=41)
+    # Every request of the second pass has the stored prompt's length: embeddings of another seed,
+    # the token ids vLLM itself puts where embeddings are (zeros), and the stored embeddings again.
+    placeholder = [0] * len(ps.stored)
+    embeds = {"embeds-a": 41, "embeds-b": 42, "embeds-a-again": 41}
+    phases = [Phase([("embeds-a", ps.stored)], seeded_fill(41), embeds=embeds),
+              Phase([("embeds-b", ps.stored), ("token-ids", placeholder), ("embeds-a-again", ps.stored)],
+                    seeded_fill(42), embeds=embeds)]
+    context = f"with {len(ps.stored)}-token prompts given as embeddings (prompt_embeds, no token ids): "
+    with connector_faults_fail(cid, context):
+        stored, again = _lifetime(connector_api, phases)
+    leaked = {rid: n for rid, n in again.external_tokens.items() if n and rid != "embeds-a-again"}
+    if leaked:
+        raise ClauseViolation(cid, f"{context}the KV stored for one prompt's embeddings was claimed for a request of "
+                                   f"other embeddings, or of the token ids vLLM puts in their place ({leaked} tokens): "
+                                   "keyed by token ids, every embeddings prompt of a length is one key. Key stored KV "
+                                   "by the embeddings too (vLLM puts their hash in the block hashes) "
+                                   + where(again, "reload of embeddings prompts"))
+    _bytes_back(cid, stored, "embeds-a", again, "embeds-a-again", context + "the same embeddings asked for again")
+
+
 @clause("api_chunked_prefill")
 def test_chunked_prefill(connector_api):
     cid = "api_chunked_prefill"

@@ -1,8 +1,8 @@
 """vLLM's ExampleConnector with its lifecycle put right: the positive control of the lifecycle
 clauses, and the base each lifecycle known-bad (``conformance/zoo/connectors/``) breaks once.
 
-- the key includes the request's ``cache_salt`` and LoRA adapter (ExampleConnector keys on token
-  ids only);
+- the key includes the request's ``cache_salt``, LoRA adapter and prompt embeddings
+  (ExampleConnector keys on token ids only), and a request without token ids is handled;
 - a prompt prefilled in chunks is saved once all of it is computed, from all its blocks
   (ExampleConnector saves at the first chunk, then claims the whole prompt);
 - saves are reported asynchronously: ``request_finished`` keeps the blocks and the worker reports
@@ -12,6 +12,9 @@ It keeps ExampleConnector's file format (no checksum, fp8 twins share a key)."""
 
 from __future__ import annotations
 
+import hashlib
+
+import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
     ExampleConnector,
     ExampleConnectorMetadata,
@@ -21,6 +24,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 class LifecycleConnector(ExampleConnector):
     KEY_SALT = True  # the cache_salt is part of the key
     KEY_LORA = True  # so is the LoRA adapter's name
+    KEY_EMBEDS = True  # and a hash of the prompt's embeddings, for a prompt given as embeddings
     SAVE_COMPLETE = True  # a prompt is saved once it is computed, not at its first chunk
 
     def __init__(self, *args, **kwargs):
@@ -31,17 +35,31 @@ class LifecycleConnector(ExampleConnector):
 
     # --- scheduler side
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        """ExampleConnector's count (the prompt less its last token, whole blocks), of the prompt's
+        real length: ExampleConnector measures ``prompt_token_ids``, absent for a prompt of embeddings."""
         self._admitted[request.request_id] = request
-        return super().get_num_new_matched_tokens(request, num_computed_tokens)
+        if not self._found_match_for_request(request):
+            return 0, False
+        return (request.num_prompt_tokens - 2) // self._block_size * self._block_size - num_computed_tokens, False
 
     def _found_match_for_request(self, request) -> bool:
-        return self._found_match_for_prompt(list(request.prompt_token_ids or []), self._tags(request))
+        return self._found_match_for_prompt(self._prompt(request), self._tags(request))
+
+    @staticmethod
+    def _prompt(request) -> list[int]:
+        """The prompt's token ids; a prompt of embeddings has none: vLLM's placeholders (zeros)."""
+        return list(request.prompt_token_ids if request.prompt_token_ids is not None
+                    else request.all_token_ids[:request.num_prompt_tokens])
 
     def _tags(self, request) -> list[str]:
-        """What besides the token ids names the KV: multimodal inputs, the tenant's salt, the adapter."""
+        """What besides the token ids names the KV: multimodal inputs, the tenant's salt, the adapter,
+        the prompt's embeddings."""
         salt = [f"cache_salt:{request.cache_salt}"] if self.KEY_SALT and request.cache_salt else []
         lora = [f"lora:{request.lora_request.lora_name}"] if self.KEY_LORA and request.lora_request else []
-        return [f.identifier for f in request.mm_features] + salt + lora
+        embeds = request.prompt_embeds
+        digest = [] if embeds is None or not self.KEY_EMBEDS else [
+            "embeds:" + hashlib.sha256(embeds.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:32]]
+        return [f.identifier for f in request.mm_features] + salt + lora + digest
 
     def build_connector_meta(self, scheduler_output):
         meta = ExampleConnectorMetadata()
@@ -64,7 +82,7 @@ class LifecycleConnector(ExampleConnector):
 
     def _maybe_save(self, meta, rid: str, computed: int, scheduler_output, *, first: bool) -> None:
         request = self._admitted[rid]
-        done = computed + scheduler_output.num_scheduled_tokens.get(rid, 0) >= len(request.prompt_token_ids)
+        done = computed + scheduler_output.num_scheduled_tokens.get(rid, 0) >= request.num_prompt_tokens
         due = done if self.SAVE_COMPLETE else first
         if due and rid not in self._saved and not self._found_match_for_request(request):
             self._saved.add(rid)
@@ -72,7 +90,7 @@ class LifecycleConnector(ExampleConnector):
 
     def _add(self, meta, rid: str, *, is_store: bool) -> None:
         request = self._admitted[rid]
-        meta.add_request(token_ids=list(request.prompt_token_ids), block_ids=self._blocks[rid],
+        meta.add_request(token_ids=self._prompt(request), block_ids=self._blocks[rid],
                          block_size=self._block_size, is_store=is_store, mm_hashes=self._tags(request))
 
     def request_finished(self, request, block_ids):

@@ -20,10 +20,12 @@ STATS = {c.id for c in CLAUSES.values() if c.level == "connector" and "stats" in
 # Inherited from ExampleConnector's files: fp8 twins share a key, no checksum, and a file it cannot
 # parse raises in the worker instead of being reported (api_load_errors_reported).
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage", "api_load_errors_reported"}
-# Also inherited: a key of token ids alone (api_cache_salt, api_lora_isolation), and a save at a
-# prompt's first chunk that later claims the whole prompt (a shape mismatch on load), hit by every
-# scenario that prefills in chunks (api_chunked_prefill, api_abort, api_preemption).
-LIFECYCLE_BUGS = {"api_cache_salt", "api_lora_isolation", "api_chunked_prefill", "api_abort", "api_preemption"}
+# Also inherited: a key of token ids alone (api_cache_salt, api_lora_isolation; a prompt of
+# embeddings measured by its absent token ids, a claim of -16 tokens: api_prompt_embeds), and a save
+# at a prompt's first chunk that later claims the whole prompt (a shape mismatch on load), hit by
+# every scenario that prefills in chunks (api_chunked_prefill, api_abort, api_preemption).
+LIFECYCLE_BUGS = {"api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill", "api_abort",
+                  "api_preemption"}
 EXAMPLE_BUGS = FILE_STORE_BUGS | LIFECYCLE_BUGS
 ZOO = "conformance.zoo.connectors."
 GOOD = "conformance.zoo.good."
@@ -40,8 +42,9 @@ EXPECTED = {
     # Against LMCache's real multiprocess server (started by the tier): chunks are keyed by the
     # torch dtype, uint8 for every fp8 format, so the fp8 twins read each other's chunks. A server
     # restart loses its store: the load misses, which is a pass of api_damaged_storage. Its key takes
-    # the cache_salt but not the LoRA adapter: one adapter's KV is served to another's requests.
-    "LMCacheMPConnector": {"api_format_isolation", "api_lora_isolation"},
+    # the cache_salt but not the LoRA adapter, and a prompt of embeddings by vLLM's placeholder token
+    # ids: one adapter's KV is served to another's requests, one prompt's embeddings' to another's.
+    "LMCacheMPConnector": {"api_format_isolation", "api_lora_isolation", "api_prompt_embeds"},
     # Stores, but never claims a match: it loads nothing (a Fail where a load is required, Not exercised
     # where loaded bytes are compared; damaged storage it never reads is a Pass).
     ZOO + "noop:NoopConnector": {"api_save_load_roundtrip", "api_same_engine_roundtrip"},
@@ -62,12 +65,13 @@ EXPECTED = {
     # Remembers the slots instead of copying the KV: wrong once freed blocks are overwritten, in every
     # scenario that reloads within the engine.
     ZOO + "block_reference:BlockReferenceConnector":
-        {"api_same_engine_roundtrip", "api_chunked_prefill", "api_abort", "api_preemption"},
+        {"api_same_engine_roundtrip", "api_prompt_embeds", "api_chunked_prefill", "api_abort", "api_preemption"},
     # ExampleConnector with its lifecycle put right (salted key, saved once computed, async saves
     # reported once): only its file format's bugs are left; each known-bad below breaks one thing.
     GOOD + "lifecycle:LifecycleConnector": FILE_STORE_BUGS,
     ZOO + "salt_blind:SaltBlindConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
     ZOO + "lora_blind:LoraBlindConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
+    ZOO + "embeds_blind:EmbedsBlindConnector": {"api_prompt_embeds"} | FILE_STORE_BUGS,
     # Saves at the first chunk: every scenario that prefills in chunks claims what it never saved.
     ZOO + "early_save:EarlySaveConnector":
         {"api_chunked_prefill", "api_abort", "api_preemption"} | FILE_STORE_BUGS,
@@ -89,7 +93,7 @@ EXPECTED = {
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
 NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_lora_isolation",
-                                               "api_chunked_prefill", "api_preemption"}}
+                                               "api_prompt_embeds", "api_chunked_prefill", "api_preemption"}}
 
 # Clauses that catch the same bug when their drawn examples exercise it (a partial prefix that
 # happens to hit a whole stored block): allowed to fail, not required to (wpt's intermittent).

@@ -20,10 +20,11 @@ class Era(Protocol):
 
     def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
                     layout: str, block_size: int, scheduling: Mapping[str, int] | None = None,
-                    lora: bool = False) -> Any:
+                    serves: frozenset[str] = frozenset()) -> Any:
         """A real ``VllmConfig`` for the CPU device with the connector configured; ``scheduling``
-        overrides ``SchedulerConfig`` knobs (a token budget that forces chunked prefill); ``lora``
-        enables LoRA adapters (``--enable-lora``), as an engine serving them has."""
+        overrides ``SchedulerConfig`` knobs (a token budget that forces chunked prefill); ``serves``
+        what an engine serving more than token-id prompts enables: ``lora`` (``--enable-lora``),
+        ``prompt_embeds`` (``--enable-prompt-embeds``)."""
 
     def storage_dtype(self, config: Any) -> torch.dtype:
         """The torch dtype vLLM allocates for the config's kv_cache_dtype (uint8 for every fp8)."""
@@ -47,7 +48,7 @@ class Era(Protocol):
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
                      cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None,
-                     lora: str | None = None) -> Any: ...
+                     lora: str | None = None, prompt_embeds: torch.Tensor | None = None) -> Any: ...
 
     def abort(self, scheduler: Any, request_id: str) -> None:
         """Abort a request the way the engine core does (the scheduler's finish path)."""

@@ -30,10 +30,11 @@ class HookEra:
 
     def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
                     layout: str, block_size: int, scheduling: Mapping[str, int] | None = None,
-                    lora: bool = False) -> Any:
+                    serves: frozenset[str] = frozenset()) -> Any:
         from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
 
-        model_config = ModelConfig(model=model, seed=0)
+        embeds = {"enable_prompt_embeds": True} if "prompt_embeds" in serves else {}
+        model_config = ModelConfig(model=model, seed=0, **embeds)
         knobs = {"max_num_seqs": 16, "max_num_batched_tokens": 4096, **(scheduling or {})}
         scheduler_config = SchedulerConfig(**knobs, max_model_len=model_config.max_model_len,
                                            enable_chunked_prefill=True, is_encoder_decoder=False)
@@ -41,7 +42,7 @@ class HookEra:
         self._set_layout(cache_config, layout)
         return VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                           cache_config=cache_config, kv_transfer_config=KVTransferConfig(**transfer),
-                          device_config=DeviceConfig("cpu"), lora_config=LoRAConfig(max_loras=2) if lora else None)
+                          device_config=DeviceConfig("cpu"), lora_config=LoRAConfig(max_loras=2) if "lora" in serves else None)
 
     def storage_dtype(self, config: Any) -> torch.dtype:
         from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
@@ -103,10 +104,11 @@ class HookEra:
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
                      cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None,
-                     lora: str | None = None) -> Any:
+                     lora: str | None = None, prompt_embeds: torch.Tensor | None = None) -> Any:
         """A one-token request, carrying ``kv_transfer_params`` as vLLM's API server hands them over
         (in the sampling params' ``extra_args``), for the LoRA adapter named ``lora`` if given (its
-        id derived from the name, as a server's adapter registry fixes one per adapter)."""
+        id derived from the name, as a server's adapter registry fixes one per adapter); given
+        ``prompt_embeds``, a prompt of embeddings with no token ids (``prompt`` gives only its length)."""
         import zlib
 
         from vllm import SamplingParams
@@ -116,7 +118,8 @@ class HookEra:
         params = SamplingParams(max_tokens=1,
                                 extra_args={"kv_transfer_params": dict(kv_transfer_params)} if kv_transfer_params else None)
         params.update_from_generation_config({}, 0)
-        return Request(request_id=request_id, prompt_token_ids=list(prompt), sampling_params=params,
+        return Request(request_id=request_id, prompt_token_ids=None if prompt_embeds is not None else list(prompt),
+                       prompt_embeds=prompt_embeds, sampling_params=params,
                        pooling_params=None, block_hasher=self._hasher(block_size), cache_salt=cache_salt,
                        lora_request=LoRARequest(lora, zlib.crc32(lora.encode()) % 2**30 + 1, f"/kvconform/lora/{lora}")
                        if lora else None)
