@@ -17,7 +17,7 @@ import pytest
 from conformance.levels.connector import checks
 from conformance.levels.connector.harness import ConnectorHarness, Phase, Run, TransferStalled
 from conformance.levels.connector.outcomes import connector_faults_fail, where
-from conformance.levels.connector.scenarios import seeded_fill, unique_prompts
+from conformance.levels.connector.scenarios import UNIQUE_PREFIX, seeded_fill, unique_prompts
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
@@ -43,43 +43,43 @@ def _bytes_back(cid: str, stored: Run, sid: str, loaded: Run, lid: str, context:
                                    f"from what it {what} {where(loaded, 'reload')}: " + "; ".join(problems))
 
 
-def _claimed_for_others(api: ConnectorHarness, cid: str, phases: list[Phase], owner: str) -> tuple[dict[str, int], Run]:
-    """The tokens the last phase's requests other than ``owner`` were claimed, and that phase's Run."""
-    with connector_faults_fail(cid):
-        *_, again = _lifetime(api, phases)
-    return {rid: n for rid, n in again.external_tokens.items() if n and rid != owner}, again
+def _tenants_apart(api: ConnectorHarness, cid: str, phases: list[Phase], owner: str, *, stored: str, others: str,
+                   harm: str, fix: str, context: str = "") -> tuple[Run, Run]:
+    """The lifetime's first and last passes, after checking that of the last pass's requests only
+    ``owner`` (the first pass's tenant again) was claimed anything: what one tenant stored is never
+    served to another (``stored``, ``others``: who they are, in words)."""
+    with connector_faults_fail(cid, context):
+        first, *_, last = _lifetime(api, phases)
+    leaked = {rid: n for rid, n in last.external_tokens.items() if n and rid != owner}
+    if leaked:
+        raise ClauseViolation(cid, f"{context}a {PROMPT + UNIQUE_PREFIX}-token prompt stored for {stored} was claimed for "
+                                   f"{others} ({leaked} tokens): {harm}. {fix} " + where(last, "reload by other tenants"))
+    return first, last
 
 
 @clause("api_cache_salt")
 def test_cache_salt(connector_api):
-    cid = "api_cache_salt"
     ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=21)
     phases = [Phase([("tenant-a", ps.stored, "salt-a")], seeded_fill(21)),
               Phase([("tenant-b", ps.stored, "salt-b"), ("unsalted", ps.stored),
                      ("tenant-a-again", ps.stored, "salt-a")], seeded_fill(22))]
-    leaked, again = _claimed_for_others(connector_api, cid, phases, "tenant-a-again")
-    if leaked:
-        raise ClauseViolation(cid, f"a {len(ps.stored)}-token prompt stored for a request with cache_salt='salt-a' "
-                                   f"was claimed for requests of another salt or none ({leaked} tokens): one "
-                                   "tenant is served another's KV. Key stored KV by the request's cache_salt "
-                                   "too (vLLM puts it in the first block's hash) " + where(again, "salted reload"))
+    _tenants_apart(connector_api, "api_cache_salt", phases, "tenant-a-again",
+                   stored="a request with cache_salt='salt-a'", others="requests of another salt or none",
+                   harm="one tenant is served another's KV",
+                   fix="Key stored KV by the request's cache_salt too (vLLM puts it in the first block's hash)")
 
 
 @clause("api_lora_isolation")
 def test_lora_isolation(connector_api):
-    cid = "api_lora_isolation"
     ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=35)
     adapters = {"adapter-a": "adapter-a", "adapter-b": "adapter-b", "adapter-a-again": "adapter-a"}
     phases = [Phase([("adapter-a", ps.stored)], seeded_fill(35), loras=adapters),
               Phase([("adapter-b", ps.stored), ("base-model", ps.stored), ("adapter-a-again", ps.stored)],
                     seeded_fill(36), loras=adapters)]
-    leaked, again = _claimed_for_others(connector_api, cid, phases, "adapter-a-again")
-    if leaked:
-        raise ClauseViolation(cid, f"a {len(ps.stored)}-token prompt stored for a request of LoRA adapter 'adapter-a' "
-                              f"was claimed for requests of another adapter or the base model ({leaked} tokens): "
-                              "their KV differs (the adapter changes every layer's K and V), so they are served "
-                              "wrong KV. Key stored KV by the request's lora_request too (vLLM puts its name in "
-                              "the block hashes) " + where(again, "reload under other adapters"))
+    _tenants_apart(connector_api, "api_lora_isolation", phases, "adapter-a-again",
+                   stored="a request of LoRA adapter 'adapter-a'", others="requests of another adapter or the base model",
+                   harm="their KV differs (the adapter changes every layer's K and V), so they are served wrong KV",
+                   fix="Key stored KV by the request's lora_request too (vLLM puts its name in the block hashes)")
 
 
 @clause("api_prompt_embeds")
@@ -88,21 +88,16 @@ def test_prompt_embeds(connector_api):
     ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=41)
     # Every request of the second pass has the stored prompt's length: embeddings of another seed,
     # the token ids vLLM itself puts where embeddings are (zeros), and the stored embeddings again.
-    placeholder = [0] * len(ps.stored)
     embeds = {"embeds-a": 41, "embeds-b": 42, "embeds-a-again": 41}
     phases = [Phase([("embeds-a", ps.stored)], seeded_fill(41), embeds=embeds),
-              Phase([("embeds-b", ps.stored), ("token-ids", placeholder), ("embeds-a-again", ps.stored)],
+              Phase([("embeds-b", ps.stored), ("token-ids", [0] * len(ps.stored)), ("embeds-a-again", ps.stored)],
                     seeded_fill(42), embeds=embeds)]
-    context = f"with {len(ps.stored)}-token prompts given as embeddings (prompt_embeds, no token ids): "
-    with connector_faults_fail(cid, context):
-        stored, again = _lifetime(connector_api, phases)
-    leaked = {rid: n for rid, n in again.external_tokens.items() if n and rid != "embeds-a-again"}
-    if leaked:
-        raise ClauseViolation(cid, f"{context}the KV stored for one prompt's embeddings was claimed for a request of "
-                                   f"other embeddings, or of the token ids vLLM puts in their place ({leaked} tokens): "
-                                   "keyed by token ids, every embeddings prompt of a length is one key. Key stored KV "
-                                   "by the embeddings too (vLLM puts their hash in the block hashes) "
-                                   + where(again, "reload of embeddings prompts"))
+    context = "with prompts given as embeddings (prompt_embeds, no token ids): "
+    stored, again = _tenants_apart(
+        connector_api, cid, phases, "embeds-a-again", context=context, stored="one prompt's embeddings",
+        others="a request of other embeddings, or of the token ids vLLM puts in their place",
+        harm="keyed by token ids, every embeddings prompt of a length is one key",
+        fix="Key stored KV by the embeddings too (vLLM puts their hash in the block hashes)")
     _bytes_back(cid, stored, "embeds-a", again, "embeds-a-again", context + "the same embeddings asked for again")
 
 
