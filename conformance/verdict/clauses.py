@@ -182,6 +182,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "one engine that stored prompts, had its prefix cache reset and served them again serves "
            "none of them as external hits to requests of another cache_salt",
            requires=_CACHE, needs_load=True),
+    Clause("engine_lora_isolation", _ENGINE,
+           "one engine serving LoRA (enable_lora) that stored prompts for the base model, had its prefix "
+           "cache reset and served them again under an adapter that changes K and V serves none of them as "
+           "external hits, and still loads them for the base model",
+           requires=_CACHE, needs_load=True),
     Clause("engine_store_then_load", _ENGINE,
            "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
            "logprobs bit-identical to a no-connector baseline (a concurrent batch: within the measured "

@@ -48,6 +48,8 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
         "concurrent": {"name": "concurrent", "prompts": concurrent, "together": True},
         # Stored prompts asked for by another tenant: vLLM keys its own prefix cache by cache_salt.
         "salted": {"name": "salted", "prompts": boundaries[-2:], "cache_salt": SALT},
+        # Stored prompts asked for under a LoRA adapter (one that changes K and V): their KV differs.
+        "adapted": {"name": "adapted", "prompts": boundaries[-2:], "lora": True},
         # Requests the client abandons one engine step after adding them (prefilled, their KV saved or
         # being saved), then the same prompts asked for again.
         "aborted": {"name": "aborted", "prompts": abandoned, "abort_after_steps": 1},
@@ -58,9 +60,10 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
 SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch
 AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
 SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
+LORA = "lora"  # the same with LoRA enabled: stores for the base model, then asks under an adapter
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
-COLD_ROLES = (SAME_ENGINE, "store")  # the first engine over its (empty) storage
+COLD_ROLES = (SAME_ENGINE, "store", LORA)  # the first engine over its (empty) storage
 
 
 class EngineCell:
@@ -79,6 +82,7 @@ class EngineCell:
         self.storage = workdir / "storage"
         self.private_storage = workdir / "storage-same-engine"
         self.pd_storage = workdir / "storage-pd"  # a P/D pair's (its rendezvous, for one that needs it)
+        self.lora_storage = workdir / "storage-lora"  # the LoRA engine's, cold as the same-engine one's
         self._world: str | None = None  # which of the two last used the server: a switch restarts it
 
     # -- connector infrastructure ---------------------------------------------------------------
@@ -88,7 +92,7 @@ class EngineCell:
         so that each starts cold."""
         if self.server is None:
             return {}
-        world = "same" if role == SAME_ENGINE else "across"
+        world = {SAME_ENGINE: "same", LORA: "lora"}.get(role, "across")
         try:
             if self.server.started and self._world not in (None, world):
                 self.server.lose()
@@ -131,8 +135,8 @@ class EngineCell:
                                 "batches": [self.batches[b] for b in batches]
                                 + [{**self.batches[b], "phase": 1} for b in reload or []]}
         if role is not None:
-            storage = {SAME_ENGINE: self.private_storage, **dict.fromkeys(PD_ROLES, self.pd_storage)}.get(
-                role, self.storage)
+            storage = {SAME_ENGINE: self.private_storage, LORA: self.lora_storage,
+                       **dict.fromkeys(PD_ROLES, self.pd_storage)}.get(role, self.storage)
             storage.mkdir(parents=True, exist_ok=True)
             kv_role = {"producer": "kv_producer", "consumer": "kv_consumer"}.get(role)
             spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage),
@@ -148,6 +152,8 @@ class EngineCell:
             "baseline": lambda: self._spec(dtype, None, [*load, "after_abort"]),
             SAME_ENGINE: lambda: self._spec(dtype, SAME_ENGINE, [*STORED, "aborted"],
                                             reload=[*load, "salted", "after_abort"]),
+            LORA: lambda: {**self._spec(dtype, LORA, ["boundaries"], reload=["adapted", "boundaries"]),
+                           "lora_adapter": str(self.workdir / "lora-adapter")},
             "store": lambda: self._spec(dtype, "store", STORED),
             "load": lambda: self._spec(dtype, "load", load),
             "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),

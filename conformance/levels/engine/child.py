@@ -15,6 +15,11 @@ first batch of each later phase the engine's own prefix cache is reset (``reset_
 so what comes back in that phase comes back through the connector.
 Logprobs are recorded as ``float.hex`` strings: compared as bits, never as floats.
 
+A spec with ``lora_adapter`` (a directory) enables LoRA (``enable_lora``): the child writes a
+seeded rank-8 adapter there for the model's ``k_proj`` and ``v_proj`` (so it changes every layer's
+K and V) and loads it before the engine counts as started; a batch with ``"lora": true`` runs its
+requests under it.
+
 A P/D producer's spec has ``kv_transfer_params`` (what every request carries: ``do_remote_decode``)
 and ``serve_until`` (a path): once its batches are done it writes RESULT.json, with the params
 each request's output returned, and keeps its engine stepping, serving the consumer, until that
@@ -150,8 +155,13 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     )
     if spec.get("connector"):
         kwargs["kv_transfer_config"] = KVTransferConfig(**spec["connector"])
+    adapter = _lora_adapter(spec["model"], spec["lora_adapter"]) if spec.get("lora_adapter") else None
+    if adapter is not None:
+        kwargs.update(enable_lora=True, max_lora_rank=LORA_RANK, max_loras=1)
     t = time.perf_counter()
     llm = LLM(**kwargs)
+    if adapter is not None:
+        llm.llm_engine.add_lora(adapter)  # an adapter vLLM cannot load here fails the start, not a request
     result["t_engine_start_s"] = round(time.perf_counter() - t, 2)
     cache = llm.llm_engine.vllm_config.cache_config
     model_config = llm.llm_engine.vllm_config.model_config
@@ -184,7 +194,8 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         idx = 0
         for g, group in enumerate(groups):
             before = _counters(llm)
-            outputs = llm.generate([p for p, _ in group], [sp for _, sp in group], use_tqdm=False)
+            lora = {"lora_request": adapter} if batch.get("lora") else {}
+            outputs = llm.generate([p for p, _ in group], [sp for _, sp in group], use_tqdm=False, **lora)
             after = _counters(llm)
             delta = {k.split(":")[1]: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
             for out in outputs:
@@ -198,6 +209,35 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["ok"] = True
     if spec.get("serve_until"):
         _serve(llm, spec, result)
+
+
+LORA_RANK = 8
+
+
+def _lora_adapter(model: str, out: str) -> Any:
+    """A LoRARequest for a seeded rank-8 adapter on every layer's k_proj and v_proj of ``model``,
+    written to ``out`` in PEFT's format (the same bytes for the same model)."""
+    import torch
+    from safetensors.torch import save_file
+    from vllm.lora.request import LoRARequest
+
+    config = json.loads(open(os.path.join(model, "config.json")).read())
+    hidden, kv_width = config["hidden_size"], config["num_key_value_heads"] * config.get(
+        "head_dim", config["hidden_size"] // config["num_attention_heads"])
+    generator = torch.Generator().manual_seed(0)
+    tensors = {}
+    for layer in range(config["num_hidden_layers"]):
+        for proj in ("k_proj", "v_proj"):
+            name = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
+            tensors[f"{name}.lora_A.weight"] = torch.randn(LORA_RANK, hidden, generator=generator) * 0.1
+            tensors[f"{name}.lora_B.weight"] = torch.randn(kv_width, LORA_RANK, generator=generator) * 0.1
+    os.makedirs(out, exist_ok=True)
+    save_file(tensors, os.path.join(out, "adapter_model.safetensors"))
+    with open(os.path.join(out, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "r": LORA_RANK, "lora_alpha": 2 * LORA_RANK, "bias": "none",
+                   "target_modules": ["k_proj", "v_proj"], "task_type": "CAUSAL_LM",
+                   "base_model_name_or_path": model}, f)
+    return LoRARequest("kvconform-adapter", 1, out)
 
 
 def _abandon(llm: Any, batch: dict[str, Any], params: Any, timeout_s: float = 60.0) -> dict[str, Any]:

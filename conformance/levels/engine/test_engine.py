@@ -13,6 +13,7 @@ import pytest
 from conformance.contract.spec import KVSpec
 from conformance.levels.engine.cell import (
     COLD_ROLES,
+    LORA,
     SALT,
     SAME_ENGINE,
     STORED,
@@ -147,6 +148,20 @@ def test_engine_abort(cell):
                     f"{abandoned['steps']} engine step(s), before the abort: nothing was aborted")
     _identical(cell, engine.phase(1), base, ["after_abort"], cid,
                f"after {what}, the same prompts asked for again (after a prefix-cache reset)")
+
+
+@clause("engine_lora_isolation")
+def test_engine_lora_isolation(cell):
+    cid = "engine_lora_isolation"
+    reload = _connector_run(cell, LORA, cid).phase(1)
+    count_load(external_hits(reload, "boundaries"))
+    hits = external_hits(reload, "adapted")
+    if hits > 0:
+        raise ClauseViolation(cid, (
+            f"the engine served {hits:g} external prefix-cache hit tokens to {len(cell.batches['adapted']['prompts'])} "
+            "requests under a LoRA adapter (rank 8 on every layer's k_proj and v_proj, so their K and V differ) for "
+            f"prompts only base-model requests had stored: they were served the base model's KV. "
+            f"{cell.connector.label} must key stored KV by the request's LoRA adapter too"))
 
 
 @clause("engine_cache_salt")

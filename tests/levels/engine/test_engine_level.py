@@ -69,9 +69,12 @@ def test_example_connector(run_suite, dtype):
     (rec,) = [t for t in run.results["tests"] if t["clause"] == "engine_load_failure_recompute"]
     assert rec["status"] == "Fail" and "died instead of recomputing" in rec["message"], rec
     assert "incomplete metadata" in rec["message"], rec["message"]  # safetensors' own words
-    # Its key ignores cache_salt: another tenant's requests are served the stored prompts' KV.
+    # Its key ignores cache_salt and the LoRA adapter: another tenant's requests, and an adapter's,
+    # are served the stored prompts' KV.
     (salt,) = [t for t in run.results["tests"] if t["clause"] == "engine_cache_salt"]
     assert salt["status"] == "Fail" and "one tenant is served another's KV" in salt["message"], salt
+    (lora,) = [t for t in run.results["tests"] if t["clause"] == "engine_lora_isolation"]
+    assert lora["status"] == "Fail" and "were served the base model's KV" in lora["message"], lora
     timings = run.results["connector"]["engine_timings"]
     assert {"baseline", "store", "load"} <= set(timings)
 
@@ -88,6 +91,8 @@ def test_lmcache_mp_connector_with_its_real_server(run_suite, dtype):
     # A restarted server has lost its store: the load misses and vLLM recomputes, under either policy.
     survives = PASSING | {"engine_load_failure_recompute", "engine_cache_salt"}
     assert {c for c in survives if statuses.get(c) != "Pass"} == set(), run.output[-4000:]
+    # Its key takes the cache_salt but not the LoRA adapter (LMCache's adapter takes no LoRA id).
+    assert statuses["engine_lora_isolation"] == "Fail", run.output[-4000:]
     if dtype == "fp8_e5m2":
         # LMCache 0.5.6 keys chunks by the torch dtype, uint8 for every fp8 format: an fp8_e4m3
         # engine is served fp8_e5m2 bytes. Observed; the suite must flag it.
@@ -114,6 +119,7 @@ def test_a_cache_inside_its_engine_gets_no_false_fail(run_suite):
     assert statuses["engine_same_engine_reload"] == statuses["engine_effective_dtype"] == "Pass", run.output[-4000:]
     assert statuses["engine_cache_salt"] == "Pass", run.output[-4000:]  # its key carries the salt
     assert statuses["engine_abort"] == "Pass", run.output[-4000:]  # it reports an aborted request's save
+    assert statuses["engine_lora_isolation"] == "Pass", run.output[-4000:]  # its key carries the adapter
     assert run.results["connector"]["capabilities"] == []
 
 
