@@ -28,6 +28,8 @@ CONNECTOR_CAPABILITIES = {
              "implied unless pd is declared",
     "stats": "it reports transfer statistics (get_kv_connector_stats, build_kv_connector_stats), which vLLM's "
              "scheduler gathers and its frontend logs and exports: api_connector_stats applies",
+    "events": "it emits KV cache events (take_events: BlockStored, BlockRemoved) for what it stores, which vLLM "
+              "publishes to routers: its engines run with KV events on and api_kv_events applies",
     "hma": "it works with vLLM's hybrid KV cache manager (subclasses SupportsHMA): on a hybrid model "
            "(--kv-model gemma3-hybrid-tiny) its engines keep one KV cache group per attention type "
            "(engine_hma_groups)",

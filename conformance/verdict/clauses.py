@@ -156,6 +156,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "own) and not empty, through the engine core's msgpack encoding, rebuilt by "
            "build_kv_connector_stats, aggregated and reduced to numbers by vLLM's own KVConnectorLogging",
            requires=frozenset({"cache", "stats"})),
+    Clause("api_kv_events", _CONNECTOR,
+           "with KV events on, a store makes the connector emit BlockStored events; every event it hands "
+           "vLLM survives the publisher's msgpack encoding into a KVEventBatch a router decodes, and names "
+           "only block hashes vLLM computed for the blocks of requests it served (what a router matches)",
+           requires=frozenset({"cache", "events"})),
     Clause("api_load_errors_reported", _CONNECTOR,
            "with each stored file cut short (its last byte gone), the connector loads nothing or reports "
            "the blocks it could not read (get_block_ids_with_load_errors, in the step of the load): it "

@@ -46,7 +46,7 @@ def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
         parse_capabilities("persistent=1")
     with pytest.raises(ValueError, match="must be a positive tolerance"):
         parse_capabilities("lossy=-1")
-    assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy", "pd", "cache", "stats", "hma"}
+    assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy", "pd", "cache", "stats", "events", "hma"}
 
 
 def test_cross_engine_clauses_are_disabled_for_a_cache_inside_its_engine():

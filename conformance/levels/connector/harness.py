@@ -132,6 +132,10 @@ class Run:
     # the engine core's outputs of each step whose scheduler stats carry a connector stats payload
     stats: list[Any] = field(default_factory=list)
     async_loads: set[str] = field(default_factory=set)  # requests that waited for an async load
+    # the KV cache events the scheduler-side connector handed vLLM (take_events), in order, and
+    # request id -> its block hashes as those events name them
+    events: list[Any] = field(default_factory=list)
+    block_hashes: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def num_blocks(self) -> int:
@@ -395,6 +399,8 @@ class _Pair:
     def __init__(self, harness: ConnectorHarness, *, kv_cache_dtype: str, layout: str, block_size: int,
                  storage: str, scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
                  role: str | None = None, serves: frozenset[str] = frozenset()) -> None:
+        if "events" in harness.connector.capabilities:  # an engine whose operator turned KV events on
+            serves |= {"events"}
         self.harness, era = harness, harness.era
         self.kv_cache_dtype, self.layout = kv_cache_dtype, layout
         transfer = harness.connector.transfer_config(dict(harness.extra_config), str(harness.workdir / storage),
@@ -428,6 +434,7 @@ class _Pair:
             self.scheduler = harness._build("scheduler", era.make_scheduler, config, kv_cache_config)
             harness._setup("handing the worker's handshake metadata to the scheduler", era.relay_handshake,
                            self.worker.inner, self.scheduler.inner)
+            self._record_events(self.scheduler.inner)
         except BaseException:
             self.close(quiet=True)
             raise
@@ -437,6 +444,22 @@ class _Pair:
         self.runner = harness._guarded(era, "worker step")  # vLLM's runner code checks the connector's type
         self.runs: list[Run] = []
         self.run: Run | None = None
+
+    def _record_events(self, scheduler: Any) -> None:
+        """Keep every KV cache event the connector hands vLLM's scheduler (which publishes them)."""
+        connector = scheduler.connector
+        take = getattr(connector, "take_events", None)
+        if connector is None or take is None:
+            return
+
+        def taken() -> list[Any]:
+            events = list(take() or ())
+            run: Run | None = getattr(self, "run", None)  # None until the first phase begins
+            if run is not None:
+                run.events += events
+            return events
+
+        connector.take_events = taken
 
     def begin(self, phase: Phase, number: int) -> Run:
         """Start a phase: the prefix cache reset (after the first), the fill written, its requests
@@ -453,11 +476,12 @@ class _Pair:
                              groups=self.groups)
         for request_id, prompt, *salt in phase.requests:
             self.ledger.admit(request_id)
-            h._hook("scheduler", assert_scheduler.add_request,
-                    era.make_request(request_id, prompt, self.block_size, salt[0] if salt else None,
-                                     kv_transfer_params=phase.transfer.get(request_id),
-                                     lora=phase.loras.get(request_id), prompt_embeds=self._embeds(phase, request_id,
-                                                                                                  len(prompt))))
+            request = era.make_request(request_id, prompt, self.block_size, salt[0] if salt else None,
+                                       kv_transfer_params=phase.transfer.get(request_id),
+                                       lora=phase.loras.get(request_id),
+                                       prompt_embeds=self._embeds(phase, request_id, len(prompt)))
+            run.block_hashes[request_id] = era.event_hashes(request)
+            h._hook("scheduler", assert_scheduler.add_request, request)
         self.phase, self.step_no = phase, 0
         self.drained_by: float | None = None
         self.extend()

@@ -226,3 +226,31 @@ def test_connector_stats(connector_api):
         raise ClauseViolation(cid, f"{context}, vLLM's stats logger reduced the connector's stats to {logged!r}: "
                                    + (f"{sorted(odd)} are not numbers (reduce() must give int or float values)"
                                       if odd else "empty, though KV was stored and loaded"))
+
+
+@clause("api_kv_events")
+def test_kv_events(connector_api):
+    cid = "api_kv_events"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=43)
+    phases = [Phase([("stored", ps.stored)], seeded_fill(43)), Phase([("load", ps.stored)], seeded_fill(44))]
+    context = f"with KV events on, over a lifetime that stored a {len(ps.stored)}-token prompt and loaded it again: "
+    with connector_faults_fail(cid, context):
+        stored, loaded = _lifetime(connector_api, phases)
+    emitted = stored.events + loaded.events
+    if not any(type(e).__name__ == "BlockStored" for e in stored.events):
+        raise ClauseViolation(cid, f"{context}the connector's take_events gave vLLM no BlockStored event for the "
+                                   f"store ({len(stored.events)} event(s) of other kinds): a router never learns "
+                                   "that this engine holds the prompt's KV (the connector declares 'events')")
+    try:
+        published = connector_api.era.published_events(emitted)
+    except Exception as exc:
+        raise ClauseViolation(cid, f"{context}the {len(emitted)} events it emitted do not survive vLLM's event "
+                                   f"publisher (a KVEventBatch through msgspec's msgpack encoder and a decoder of that "
+                                   f"type, as a router reads them): {type(exc).__name__}: {exc}") from exc
+    known = {h for run in (stored, loaded) for hashes in run.block_hashes.values() for h in hashes}
+    foreign = [h for e in published for h in getattr(e, "block_hashes", ()) if h not in known]
+    if foreign:
+        raise ClauseViolation(cid, f"{context}its events name {len(foreign)} block hash(es) vLLM never computed for a "
+                                   f"block of a request it served (first: {foreign[0]!r}): a router matching them "
+                                   "against vLLM's own block hashes finds nothing. Name blocks by request.block_hashes "
+                                   "(vllm.v1.core.kv_cache_utils.maybe_convert_block_hash)")

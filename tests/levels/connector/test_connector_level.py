@@ -14,9 +14,7 @@ from conformance.verdict.clauses import CLAUSES
 pytestmark = pytest.mark.engine
 
 API_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "connector"}
-ACROSS = {c.id for c in CLAUSES.values() if c.level == "connector" and "persistent" in c.requires}
 PD = {c.id for c in CLAUSES.values() if c.level == "connector" and "pd" in c.requires}
-STATS = {c.id for c in CLAUSES.values() if c.level == "connector" and "stats" in c.requires}
 # Inherited from ExampleConnector's files: fp8 twins share a key, no checksum, and a file it cannot
 # parse raises in the worker instead of being reported (api_load_errors_reported).
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage", "api_load_errors_reported"}
@@ -31,8 +29,11 @@ ZOO = "conformance.zoo.connectors."
 GOOD = "conformance.zoo.good."
 # Caches that live inside their engine: run as their authors would declare them (not persistent).
 IN_ENGINE = {GOOD + "in_engine:InEngineConnector", ZOO + "block_reference:BlockReferenceConnector"}
-# Connectors that report transfer statistics, declared so (the stats clause is Disabled for the rest).
-WITH_STATS = {GOOD + "stats:StatsConnector", ZOO + "stats_unbuilt:UnbuiltStatsConnector", "OffloadingConnector"}
+# Connectors that report transfer statistics or emit KV events, declared so (those clauses are
+# Disabled for the rest).
+DECLARES = {GOOD + "stats:StatsConnector": ["stats"], ZOO + "stats_unbuilt:UnbuiltStatsConnector": ["stats"],
+            GOOD + "events:EventsConnector": ["events"], ZOO + "events_own_hash:OwnHashEventsConnector": ["events"],
+            "OffloadingConnector": ["stats", "events"]}
 # connector -> the clauses it must fail under the ci profile (every other clause must pass).
 EXPECTED = {
     # Keyed by token ids only, it serves an fp8_e4m3 pair the bytes an fp8_e5m2 pair stored, and one
@@ -90,6 +91,9 @@ EXPECTED = {
     # Its known-bad (forward_only_load) stalls every lone load, so only its clause is run, below.
     GOOD + "async_load:AsyncLoadConnector": FILE_STORE_BUGS,
     ZOO + "stats_unbuilt:UnbuiltStatsConnector": {"api_connector_stats"} | FILE_STORE_BUGS,
+    # The lifecycle control emitting KV events named by vLLM's block hashes, and by hashes of its own.
+    GOOD + "events:EventsConnector": FILE_STORE_BUGS,
+    ZOO + "events_own_hash:OwnHashEventsConnector": {"api_kv_events"} | FILE_STORE_BUGS,
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
 NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_lora_isolation",
@@ -107,7 +111,7 @@ MAY_FAIL = {
 
 def api_suite(run_suite, connector: str, *extra: str, persistent: bool | None = None):
     persistent = connector not in IN_ENGINE if persistent is None else persistent
-    caps = (["persistent"] if persistent else []) + (["stats"] if connector in WITH_STATS else [])
+    caps = (["persistent"] if persistent else []) + DECLARES.get(connector, [])
     declared = (f"--kv-connector-capabilities={','.join(caps)}",) if caps else ()
     return run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci", *declared, *extra,
                      timeout=900)
@@ -122,8 +126,8 @@ def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
     assert EXPECTED[connector] <= failing <= EXPECTED[connector] | MAY_FAIL.get(connector, set()), run.output[-3000:]
     assert {c for c, s in statuses.items() if s == "Not exercised"} == NOT_EXERCISED.get(connector, set())
     disabled = {c for c, s in statuses.items() if s == "Disabled"}
-    assert disabled == (ACROSS if connector in IN_ENGINE else set()) | PD | (set() if connector in WITH_STATS else STATS), \
-        run.output[-3000:]
+    applies = {"cache", *DECLARES.get(connector, ())} | (set() if connector in IN_ENGINE else {"persistent"})
+    assert disabled == {c for c in API_CLAUSES if not CLAUSES[c].requires <= applies}, run.output[-3000:]
     assert set(statuses.values()) <= {"Pass", "Fail", "Not runnable", "Not exercised", "Disabled"}
     for test in run.results["tests"]:
         if test["status"] == "Fail":
@@ -246,13 +250,13 @@ def test_vllms_offloading_connector_file_tier_outlives_its_engine(run_suite):
     """vLLM's tiered OffloadingConnector with its fs tier (kvconform's CPU worker over the shared
     region the tiers read): persistent, so a fresh connector pair loads from its files; its files
     carry no checksum, so a byte flipped at rest is served as KV (api_damaged_storage). Its transfer
-    statistics (declared) reach vLLM's stats logger intact."""
+    statistics and KV events (declared) reach vLLM's stats logger and event publisher intact."""
     run = api_suite(run_suite, "OffloadingConnector", f"--kv-connector-extra-config={json.dumps(OFFLOADING_FILE)}")
     statuses = run.statuses()
     assert {c for c, s in statuses.items() if s == "Fail"} == {"api_damaged_storage"}, run.output[-3000:]
     assert {c for c, s in statuses.items() if s == "Disabled"} == PD, run.output[-3000:]
     assert statuses["api_save_load_roundtrip"] == statuses["api_same_engine_roundtrip"] == "Pass"
-    assert statuses["api_connector_stats"] == "Pass"
+    assert statuses["api_connector_stats"] == statuses["api_kv_events"] == "Pass"
 
 
 def test_a_connector_that_declines_this_platform_is_not_runnable(run_suite):

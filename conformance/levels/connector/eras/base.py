@@ -57,6 +57,12 @@ class Era(Protocol):
         """What vLLM's frontend logs of the connector's stats carried by ``engine_outputs``; None when
         vLLM dropped them (the connector class rebuilt none)."""
 
+    def event_hashes(self, request: Any) -> list[Any]:
+        """The request's block hashes in the form vLLM's KV events carry them."""
+
+    def published_events(self, events: Sequence[Any]) -> list[Any]:
+        """KV cache events as a consumer of vLLM's event publisher decodes them."""
+
     def resumed(self, scheduler_output: Any) -> set[str]:
         """Request ids this step re-admits after a preemption."""
 

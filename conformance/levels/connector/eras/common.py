@@ -32,6 +32,7 @@ class HookEra:
                     layout: str, block_size: int, scheduling: Mapping[str, int] | None = None,
                     serves: frozenset[str] = frozenset()) -> Any:
         from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.config.kv_events import KVEventsConfig
 
         embeds = {"enable_prompt_embeds": True} if "prompt_embeds" in serves else {}
         model_config = ModelConfig(model=model, seed=0, **embeds)
@@ -42,7 +43,9 @@ class HookEra:
         self._set_layout(cache_config, layout)
         return VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                           cache_config=cache_config, kv_transfer_config=KVTransferConfig(**transfer),
-                          device_config=DeviceConfig("cpu"), lora_config=LoRAConfig(max_loras=2) if "lora" in serves else None)
+                          device_config=DeviceConfig("cpu"), lora_config=LoRAConfig(max_loras=2) if "lora" in serves else None,
+                          kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+                          if "events" in serves else None)
 
     def storage_dtype(self, config: Any) -> torch.dtype:
         from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
@@ -147,6 +150,21 @@ class HookEra:
         if accumulated is None:
             return None
         return {} if accumulated.is_empty() else accumulated.reduce()  # what KVConnectorLogging.log prints
+
+    def event_hashes(self, request: Any) -> list[Any]:
+        """The request's block hashes as vLLM's KV events carry them (``ExternalBlockHash``)."""
+        from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
+
+        return [maybe_convert_block_hash(h) for h in request.block_hashes]
+
+    def published_events(self, events: Sequence[Any]) -> list[Any]:
+        """``events`` as a consumer of vLLM's event publisher reads them: a ``KVEventBatch`` through
+        msgspec's msgpack encoder (the publisher's) and a decoder of that type (a router's)."""
+        import msgspec
+        from vllm.distributed.kv_events import KVEventBatch
+
+        batch = KVEventBatch(ts=0.0, events=list(events))
+        return msgspec.msgpack.Decoder(KVEventBatch).decode(msgspec.msgpack.Encoder().encode(batch)).events
 
     def resumed(self, scheduler_output: Any) -> set[str]:
         """The cached requests this step re-admits after a preemption (their block ids replace the old)."""
