@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--connector", help="registry name or module:Class (imported from each checkout)")
     what.add_argument("--store", help="module:factory (imported from each checkout)")
     gate.add_argument("--extra-config", default="", metavar="JSON", help="the connector's kv_connector_extra_config")
-    gate.add_argument("--capabilities", default="", help="what the connector declares: persistent, lossy=TOL")
+    gate.add_argument("--capabilities", default="",
+                      help="what the connector declares, comma-separated: persistent, lossy=TOL, pd, cache, stats, events, hma")
     gate.add_argument("--level", choices=["store", "connector", "engine"], default=None,
                       help="default: store for a store, connector for a connector")
     gate.add_argument("--kv-cache-dtypes", default="", metavar="LIST", help="default: every string vLLM knows")
