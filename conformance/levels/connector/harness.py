@@ -434,7 +434,6 @@ class _Pair:
             self.scheduler = harness._build("scheduler", era.make_scheduler, config, kv_cache_config)
             harness._setup("handing the worker's handshake metadata to the scheduler", era.relay_handshake,
                            self.worker.inner, self.scheduler.inner)
-            self._record_events(self.scheduler.inner)
         except BaseException:
             self.close(quiet=True)
             raise
@@ -444,6 +443,9 @@ class _Pair:
         self.runner = harness._guarded(era, "worker step")  # vLLM's runner code checks the connector's type
         self.runs: list[Run] = []
         self.run: Run | None = None
+        self.events_on = "events" in serves
+        if self.events_on:
+            self._record_events(self.scheduler.inner)
 
     def _record_events(self, scheduler: Any) -> None:
         """Keep every KV cache event the connector hands vLLM's scheduler (which publishes them)."""
@@ -454,9 +456,8 @@ class _Pair:
 
         def taken() -> list[Any]:
             events = list(take() or ())
-            run: Run | None = getattr(self, "run", None)  # None until the first phase begins
-            if run is not None:
-                run.events += events
+            if self.run is not None:
+                self.run.events += events
             return events
 
         connector.take_events = taken
@@ -480,7 +481,8 @@ class _Pair:
                                        kv_transfer_params=phase.transfer.get(request_id),
                                        lora=phase.loras.get(request_id),
                                        prompt_embeds=self._embeds(phase, request_id, len(prompt)))
-            run.block_hashes[request_id] = era.event_hashes(request)
+            if self.events_on:  # what the events clause holds the connector's events against
+                run.block_hashes[request_id] = era.event_hashes(request)
             h._hook("scheduler", assert_scheduler.add_request, request)
         self.phase, self.step_no = phase, 0
         self.drained_by: float | None = None
@@ -545,8 +547,7 @@ class _Pair:
     def _stalled(self, scheduler: Any) -> None:
         """The phase's deadline passed with requests unfinished: say which, and what they wait for."""
         h, left = self.harness, sorted(scheduler.requests)
-        waiting = [rid for rid in left if scheduler.requests[rid].is_finished() is False
-                   and scheduler.requests[rid].status.name == WAITING_FOR_LOAD]
+        waiting = [rid for rid in left if scheduler.requests[rid].status.name == WAITING_FOR_LOAD]
         if waiting and len(waiting) == scheduler.get_num_unfinished_requests():
             raise TransferStalled(
                 f"request(s) {waiting} waited {h.timeout_s:g}s for their async load (WAITING_FOR_REMOTE_KVS: "

@@ -17,7 +17,7 @@ import pytest
 from conformance.levels.connector import checks
 from conformance.levels.connector.harness import ConnectorHarness, Phase, Run, TransferStalled
 from conformance.levels.connector.outcomes import connector_faults_fail, where
-from conformance.levels.connector.scenarios import UNIQUE_PREFIX, seeded_fill, unique_prompts
+from conformance.levels.connector.scenarios import UNIQUE_PREFIX, Prompts, seeded_fill, unique_prompts
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
@@ -25,6 +25,7 @@ from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 BLOCK_SIZE = 16  # the smallest block size the level draws: the most chunks and blocks per prompt
 CHUNK = 2 * BLOCK_SIZE  # the token budget (max_num_batched_tokens) that prefills in chunks
 PROMPT = 5 * BLOCK_SIZE + 3  # 3 chunks, and a tail that is not a whole block
+PROMPT_TOKENS = PROMPT + UNIQUE_PREFIX  # with the tokens that make each prompt its example's own
 
 
 def _lifetime(api: ConnectorHarness, phases: list[Phase], **knobs) -> list[Run]:
@@ -43,6 +44,16 @@ def _bytes_back(cid: str, stored: Run, sid: str, loaded: Run, lid: str, context:
                                    f"from what it {what} {where(loaded, 'reload')}: " + "; ".join(problems))
 
 
+def _stored_then_asked_again(api: ConnectorHarness, cid: str, seed: int, context: str = "") -> tuple[Prompts, Run, Run]:
+    """One prompt stored (request "stored"), then, after the prefix cache was reset and every block
+    overwritten, asked for again alone (request "load"): the prompts and both passes."""
+    ps = unique_prompts(api.vocab_size, PROMPT, seed=seed)
+    phases = [Phase([("stored", ps.stored)], seeded_fill(seed)), Phase([("load", ps.stored)], seeded_fill(seed + 1))]
+    with connector_faults_fail(cid, context):
+        stored, loaded = _lifetime(api, phases)
+    return ps, stored, loaded
+
+
 def _tenants_apart(api: ConnectorHarness, cid: str, phases: list[Phase], owner: str, *, stored: str, others: str,
                    harm: str, fix: str, context: str = "") -> tuple[Run, Run]:
     """The lifetime's first and last passes, after checking that of the last pass's requests only
@@ -52,7 +63,8 @@ def _tenants_apart(api: ConnectorHarness, cid: str, phases: list[Phase], owner: 
         first, *_, last = _lifetime(api, phases)
     leaked = {rid: n for rid, n in last.external_tokens.items() if n and rid != owner}
     if leaked:
-        raise ClauseViolation(cid, f"{context}a {PROMPT + UNIQUE_PREFIX}-token prompt stored for {stored} was claimed for "
+        length = len(phases[0].requests[0][1])
+        raise ClauseViolation(cid, f"{context}a {length}-token prompt stored for {stored} was claimed for "
                                    f"{others} ({leaked} tokens): {harm}. {fix} " + where(last, "reload by other tenants"))
     return first, last
 
@@ -163,12 +175,9 @@ def test_preemption(connector_api):
 @clause("api_async_load")
 def test_async_load(connector_api):
     cid = "api_async_load"
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=39)
-    phases = [Phase([("stored", ps.stored)], seeded_fill(39)), Phase([("load", ps.stored)], seeded_fill(40))]
-    context = f"a {len(ps.stored)}-token prompt stored, then asked for again alone: "
+    context = f"a {PROMPT_TOKENS}-token prompt stored, then asked for again alone: "
     try:
-        with connector_faults_fail(cid, context):
-            stored, loaded = _lifetime(connector_api, phases)
+        _, stored, loaded = _stored_then_asked_again(connector_api, cid, 39, context)
     except TransferStalled as exc:
         raise ClauseViolation(cid, context + str(exc)) from exc
     if "load" not in loaded.async_loads:
@@ -197,10 +206,7 @@ def test_transfer_reports(connector_api):
 @clause("api_connector_stats")
 def test_connector_stats(connector_api):
     cid = "api_connector_stats"
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=37)
-    phases = [Phase([("stored", ps.stored)], seeded_fill(37)), Phase([("load", ps.stored)], seeded_fill(38))]
-    with connector_faults_fail(cid):
-        stored, loaded = _lifetime(connector_api, phases)
+    ps, stored, loaded = _stored_then_asked_again(connector_api, cid, 37)
     context = (f"over a lifetime that stored a {len(ps.stored)}-token prompt and loaded "
                f"{loaded.external_tokens.get('load', 0)} of its tokens again")
     carried = stored.stats + loaded.stats
@@ -231,11 +237,8 @@ def test_connector_stats(connector_api):
 @clause("api_kv_events")
 def test_kv_events(connector_api):
     cid = "api_kv_events"
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=43)
-    phases = [Phase([("stored", ps.stored)], seeded_fill(43)), Phase([("load", ps.stored)], seeded_fill(44))]
-    context = f"with KV events on, over a lifetime that stored a {len(ps.stored)}-token prompt and loaded it again: "
-    with connector_faults_fail(cid, context):
-        stored, loaded = _lifetime(connector_api, phases)
+    context = f"with KV events on, over a lifetime that stored a {PROMPT_TOKENS}-token prompt and loaded it again: "
+    _, stored, loaded = _stored_then_asked_again(connector_api, cid, 43, context)
     emitted = stored.events + loaded.events
     if not any(type(e).__name__ == "BlockStored" for e in stored.events):
         raise ClauseViolation(cid, f"{context}the connector's take_events gave vLLM no BlockStored event for the "
