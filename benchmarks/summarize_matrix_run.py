@@ -44,7 +44,7 @@ def summarize(docs: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
         key = level + ("/" + cell["coordinates"].get("connector", "") if level != "store" else "")
         walls[key].append(cell["wall_s"])
         for role, timing in ((doc.get("connector") or {}).get("engine_timings") or {}).items():
-            if isinstance(timing, dict):
+            if isinstance(timing, dict) and "wall_s" in timing:
                 reused = "reused_from" in timing
                 baselines_reused += reused
                 engines_started += not reused

@@ -221,14 +221,16 @@ def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell
 
 
 def control_cells(tier: Tier, checkout: Path) -> list[Cell]:
-    """The known-bad zoo as cells; fixtures/ is not installed, it sits beside matrix.yaml."""
+    """The known-bad zoo as cells, each reporting its first failing examples unshrunk (its failures are
+    expected: the report needs a counterexample, not the smallest); fixtures/ is not installed, it sits
+    beside matrix.yaml."""
     if str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
     try:
         from conformance.zoo import ZOO
     except ImportError as exc:
         raise MatrixError(f"{checkout}: controls are enabled but conformance.zoo cannot be imported ({exc})") from None
-    return [Cell(f"zoo.{name}", "store", (f"--kv-store={m.target}",), tier, {"store": f"zoo.{name}"},
+    return [Cell(f"zoo.{name}", "store", (f"--kv-store={m.target}", "--kv-no-shrink"), tier, {"store": f"zoo.{name}"},
                  {c: m.bug for c in m.fails}, {c: m.bug for c in m.may_fail}) for name, m in sorted(ZOO.items())]
 
 

@@ -38,14 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _activate(state: State) -> None:
-    from hypothesis import settings
-
     from conformance.contract.strategies import restrict_kv_cache_dtypes
     from conformance.stores import loader
     from conformance.verdict import profiles
 
-    profiles.register_profiles()
-    settings.load_profile(state.profile)
+    profiles.load(state.profile, shrink=state.shrink)
     state.active = True
     if state.kv_cache_dtypes:
         try:

@@ -68,7 +68,8 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     cell = EngineCell(connector=connector, model=_model_dir(opt(options.MODEL), python),
                       kv_cache_dtype=opt(options.CACHE_DTYPE), block_size=opt(options.BLOCK_SIZE),
                       workdir=tmp_path_factory.mktemp("engine"), timeout_s=opt(options.ENGINE_TIMEOUT),
-                      python=python, baselines=BaselineStore(Path(shared)) if shared else None)
+                      python=python, baselines=BaselineStore(Path(shared)) if shared else None,
+                      hosted=opt(options.ENGINE_START) == "host")
     yield cell
     cell.close()
     request.config.stash[ENGINE_TIMINGS] = cell.timings()

@@ -14,6 +14,7 @@ import pytest
 
 STORE = "--kv-store"
 PROFILE = "--kv-profile"
+NO_SHRINK = "--kv-no-shrink"
 TIMEOUT = "--kv-timeout"
 RESULTS = "--kv-results"
 DTYPES = "--kv-cache-dtypes"
@@ -27,6 +28,7 @@ MODEL = "--kv-model"
 BLOCK_SIZE = "--kv-block-size"
 ENGINE_PYTHON = "--kv-engine-python"
 ENGINE_TIMEOUT = "--kv-engine-timeout"
+ENGINE_START = "--kv-engine-start"
 ENGINE_BASELINES = "--kv-engine-baselines"
 LEVELS_OPTION = "--kv-levels"
 LEVELS = ("store", "connector", "engine")
@@ -40,6 +42,9 @@ def add_options(parser: pytest.Parser) -> None:
                          "'kvconform.stores' entry-point group (default: $KVCONFORM_STORE)")
     group.addoption(PROFILE, default=None, choices=list(PROFILES),
                     help="Hypothesis profile (default: ci when $CI is set, else dev)")
+    group.addoption(NO_SHRINK, action="store_true",
+                    help="report each failing example as found, unshrunk (the matrix's known-bad controls: "
+                         "their failures are expected, and shrinking one can take a minute)")
     group.addoption(TIMEOUT, type=float, default=60.0, metavar="SECONDS",
                     help="a store call that takes longer is an Error (default: 60)")
     group.addoption(DTYPES, default=None, metavar="LIST",
@@ -80,6 +85,9 @@ def add_options(parser: pytest.Parser) -> None:
                           "$KVCONFORM_ENGINE_PYTHON, else this one)")
     engine.addoption(ENGINE_TIMEOUT, type=float, default=420.0, metavar="SECONDS",
                      help="an engine that takes longer is killed and its scenarios are Error")
+    engine.addoption(ENGINE_START, default="host", choices=["host", "fresh"],
+                     help="host: each engine is a process forked from one that imported vLLM once per cell "
+                          "(the default); fresh: each engine is a new Python process, importing vLLM itself")
     engine.addoption(ENGINE_BASELINES, default=None, metavar="DIR",
                      help="share no-connector baseline runs through DIR across cells (a matrix run passes "
                           "its results' baselines/); default: every cell starts its own")
@@ -96,6 +104,7 @@ class State:
         self.kv_cache_dtypes: list[str] | None = [d.strip() for d in dtypes.split(",")] if dtypes else None
         self.active = bool(self.store_spec or explicit_profile or self.connector_spec or dtypes)
         self.profile: str = explicit_profile or ("ci" if os.environ.get("CI") else "dev")
+        self.shrink: bool = not config.getoption(NO_SHRINK)
         self.choice: Any = None  # the resolved store (conformance.stores.loader.StoreChoice)
         self.connector: Any = None  # the parsed connector (conformance.levels.subject.ConnectorChoice)
 

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Protocol, Sequence
 
 
 def spawn(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None,
@@ -36,7 +36,11 @@ def finished_within(proc: subprocess.Popen, timeout_s: float) -> bool:
         return False
 
 
-def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+class GroupLeader(Protocol):
+    pid: int
+
+
+def kill_group(proc: GroupLeader, sig: int = signal.SIGKILL) -> None:
     """Send ``sig`` to the process group ``proc`` leads (gone already: nothing to do)."""
     try:
         os.killpg(proc.pid, sig)

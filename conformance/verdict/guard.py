@@ -10,7 +10,7 @@ where, and the stuck daemon thread does not keep the interpreter from exiting.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 
 class HarnessError(Exception):
@@ -26,11 +26,13 @@ class Guarded:
 
     noun = "object"
 
-    def __init__(self, target: Any, *, name: str, timeout_s: float, noun: str | None = None) -> None:
+    def __init__(self, target: Any, *, name: str, timeout_s: float, noun: str | None = None,
+                 on_call: Callable[[], None] | None = None) -> None:
         self.noun = noun or self.noun
         self._target = target
         self._name = name
         self._timeout_s = timeout_s
+        self._on_call = on_call  # told before each call (a supervising process's heartbeat)
         self._hung: str | None = None
 
     @property
@@ -53,6 +55,8 @@ class Guarded:
 
     def _call(self, attr: str, target: Any, args: tuple, kwargs: dict) -> Any:
         outcome: list[Any] = []
+        if self._on_call is not None:
+            self._on_call()
         if self._hung is None:
             worker = threading.Thread(target=_capture, args=(outcome, target, args, kwargs),
                                       name=f"kvconform-store-{attr}", daemon=True)

@@ -33,6 +33,9 @@ PROFILES: dict[str, dict[str, Any]] = {
 # vendor shrinks under `dev`); `dev` and `deep` still shrink.
 NO_SHRINK = ("ci", "certify")
 _NO_SHRINK_PHASES = (Phase.explicit, Phase.reuse, Phase.generate)
+# A profile's variant that never shrinks (``--kv-no-shrink``): for a run whose failures are expected,
+# as a known-bad control's, where the first failing example found is all the report needs.
+UNSHRUNK = "-no-shrink"
 
 
 def costly_example_settings(profile: str | None = None) -> settings:
@@ -40,6 +43,8 @@ def costly_example_settings(profile: str | None = None) -> settings:
     register_profiles()  # idempotent; collection may import a level before the plugin loaded a profile
     if profile is None:  # the profile the plugin loaded; Hypothesis' own default counts as dev
         current = settings.get_current_profile_name()
+        if current.endswith(UNSHRUNK) and current.removesuffix(UNSHRUNK) in PROFILES:
+            return settings.get_profile(current)
         profile = current if current in PROFILES else "dev"
     base = settings.get_profile(profile)
     return settings(base, phases=_NO_SHRINK_PHASES) if profile in NO_SHRINK else base
@@ -48,6 +53,13 @@ def costly_example_settings(profile: str | None = None) -> settings:
 def register_profiles() -> None:
     for name, values in PROFILES.items():
         settings.register_profile(name, **_COMMON, **values)
+        settings.register_profile(name + UNSHRUNK, **_COMMON, **values, phases=_NO_SHRINK_PHASES)
+
+
+def load(profile: str, shrink: bool = True) -> None:
+    """Load ``profile`` (registered first), or its variant that reports failing examples unshrunk."""
+    register_profiles()
+    settings.load_profile(profile if shrink else profile + UNSHRUNK)
 
 
 def describe(name: str) -> str:

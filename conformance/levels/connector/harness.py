@@ -32,7 +32,6 @@ SAMPLED_TOKEN = 0
 Filler = Callable[[torch.Tensor, torch.dtype, str], None]
 IDLE_STEP_PAUSE_S = 0.002  # a step that scheduled nothing is waiting on an async transfer
 DRAIN_S = 5.0  # how long a phase whose requests all ended waits for the transfers still holding blocks
-MAX_PHASES = 4  # the most phases a scenario's lifetime has: bounds how long one may take
 
 
 class ConnectorRaised(Exception):
@@ -212,11 +211,11 @@ class ConnectorHarness:
         process supervises, as engines are processes of their own: a connector that kills its process
         is an Error of that test, not the end of the run; one that hangs is an Error of this test and,
         from then on, of every later one at once (no second wait for a connector that stopped
-        answering). A child that makes no progress (no lifetime begins) for longer than a lifetime
-        may take is killed."""
+        answering). Every hook call is a heartbeat: a child in which none begins for two timeouts (a
+        hook that hangs holding the GIL, where the thread watchdog cannot fire) is killed."""
         if self._hung is not None:
             raise StoreTimeout(f"{self._hung} [in an earlier test: not attempted again]")
-        idle_s = self.timeout_s * (2 * MAX_PHASES + 3) + 30
+        idle_s = 2 * self.timeout_s
         outcome = call_forked(call, *args, name=f"{self.connector.label} ({name})", deadline_s=None, idle_s=idle_s,
                               log=self.workdir / "test.log")
         if isinstance(outcome.exc, StoreTimeout):
@@ -354,13 +353,17 @@ class ConnectorHarness:
                         [(run.blocks[rid][k], o) for k, o in moved])
 
     def _guarded(self, target: Any, name: str) -> Guarded:
-        return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s, noun="connector")
+        return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s, noun="connector",
+                       on_call=beat)
 
     def _build(self, name: str, factory: Callable[..., Any], *args: Any) -> Guarded:
         """``factory(*args)`` as a setup hook, under the timeout (a constructor that waits forever is an
         Error, not a hung run), its result guarded as ``name``."""
         phase = f"building the {name}"
-        timed = lambda *a: call_within(self.timeout_s, f"{self.connector.label} {phase}", factory, *a)  # noqa: E731
+        def timed(*a: Any) -> Any:
+            beat()
+            return call_within(self.timeout_s, f"{self.connector.label} {phase}", factory, *a)
+
         return self._guarded(self._setup(phase, timed, *args), name)
 
     @staticmethod

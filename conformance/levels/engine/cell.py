@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from conformance.contract.spec import same_width_twin
 from conformance.levels.engine.baselines import BaselineStore
-from conformance.levels.engine.launch import EngineRun, run_engine, serving_engine
+from conformance.levels.engine.launch import EngineHost, EngineRun, run_engine, serving_engine
 from conformance.levels.subject import ConnectorChoice, LMCacheService, side_channel_ports
 from conformance.verdict.guard import HarnessError
 
@@ -64,13 +64,18 @@ LORA = "lora"  # the same with LoRA enabled: stores for the base model, then ask
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
 COLD_ROLES = (SAME_ENGINE, "store", LORA)  # the first engine over its (empty) storage
+NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells (BaselineStore)
 
 
 class EngineCell:
     def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
-                 workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None) -> None:
+                 workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None,
+                 hosted: bool = True) -> None:
         self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
         self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
+        workdir.mkdir(parents=True, exist_ok=True)
+        # vLLM imported once for the cell's engines; hosted=False: each engine a fresh process.
+        self.host = EngineHost(python, workdir / "engine-host.log") if hosted else None
         self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
         self.batches = prompt_batches(block_size)
         self.runs: dict[str, EngineRun] = {}
@@ -122,6 +127,8 @@ class EngineCell:
                           "(put '{storage}' where its extra config names a place, or pass --kv-storage-hook)")
 
     def close(self) -> None:
+        if self.host is not None:
+            self.host.close()
         if self.server is not None:
             self.server.stop()
 
@@ -205,11 +212,16 @@ class EngineCell:
         if role in intact and self.loss:
             raise HarnessError(f"engine {role} would read storage already damaged for {'/'.join(AFTER_LOSS)}")
         spec = self._roles()[role]()
+        hung = self._hung_run(role) if spec.get("connector") else None
+        if hung is not None:
+            self.runs[role] = hung
+            return hung
 
         def start() -> EngineRun:
-            return run_engine(spec, self.workdir / "engines", role, timeout_s=self.timeout_s, python=self.python)
+            return run_engine(spec, self.workdir / "engines", role, timeout_s=self.timeout_s, python=self.python,
+                              host=self.host)
 
-        shared = role in ("baseline", "twin_baseline")
+        shared = role in NO_CONNECTOR
         engine = self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
         self.runs[role] = engine
         return engine
@@ -222,11 +234,15 @@ class EngineCell:
         ports (``side_channel_ports``). No consumer (None) when the producer failed."""
         if "producer" in self.runs:
             return self.runs["producer"], self.runs.get("consumer")
+        hung = self._hung_run("producer")
+        if hung is not None:
+            self.runs["producer"] = hung
+            return hung, None
         producer_spec = {**self._spec(self.kv_cache_dtype, "producer", STORED), "max_tokens": 1,
                          "kv_transfer_params": {"do_remote_decode": True}}
         engines = self.workdir / "engines"
         with serving_engine(producer_spec, engines, "producer", timeout_s=self.timeout_s, python=self.python,
-                            env=side_channel_ports()) as producer:
+                            env=side_channel_ports(), host=self.host) as producer:
             self.runs["producer"] = producer
             if not producer.ok:
                 return producer, None
@@ -234,8 +250,22 @@ class EngineCell:
             for batch in spec["batches"]:
                 batch["kv_transfer_params"] = [r["kv_transfer_params"] for r in producer.requests(batch["name"])]
             self.runs["consumer"] = run_engine(spec, engines, "consumer", timeout_s=self.timeout_s,
-                                               python=self.python, env=side_channel_ports())
+                                               python=self.python, env=side_channel_ports(), host=self.host)
         return producer, self.runs["consumer"]
+
+    def _hung_run(self, role: str) -> EngineRun | None:
+        """Once an engine with the connector was killed at its deadline, no other is started: each
+        would wait out a deadline of its own (a connector that hangs on load hangs in every role
+        that loads), and the cell's verdict would take one deadline per role. Each such role reads
+        as timed out (an Error), saying which engine hung."""
+        hung = next((r for r in self.runs.values() if r.timed_out and r.role not in NO_CONNECTOR
+                     and not r.error.startswith("not started")), None)
+        if hung is None:
+            return None
+        return EngineRun(role, False, error=(
+            f"not started: engine {hung.role} of this cell, with the same connector, was killed at its "
+            f"{self.timeout_s:g}s deadline, and this one would wait out its own (run this clause alone with -k "
+            "to judge it by itself)"), timed_out=True)
 
     def baseline(self, role: str = "baseline") -> EngineRun:
         """A no-connector run; its failure means vLLM cannot run this cell here at all."""
@@ -255,11 +285,18 @@ class EngineCell:
         return {}
 
     def timings(self) -> dict[str, Any]:
+        """Per role, its engine's wall and vLLM start times (and the baseline it reused); what the cell
+        cost in engine processes and vLLM imports (its host's one, plus each engine's own)."""
+        started = [r for r in self.runs.values() if "reused_from" not in r.result and r.wall_s]
+        host = self.host.describe() if self.host else None
         return {role: {"wall_s": r.wall_s, "engine_start_s": r.result.get("t_engine_start_s"),
                        "batches_s": r.result.get("t_batches_s"),
                        **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
                 for role, r in self.runs.items()} | {
-            "lmcache_server_ready_s": self.server.ready_s if self.server else None}
+            "lmcache_server_ready_s": self.server.ready_s if self.server else None,
+            "engine_host": host, "engine_starts": len(started),
+            "vllm_imports": sum(r.result.get("imported_vllm") is True for r in started)
+            + bool(host and host.get("ready_s") is not None)}
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
             "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits")
@@ -138,6 +138,7 @@ def _reset_prefix_cache(llm: Any, timeout_s: float = 60.0) -> bool:
 
 def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     started = time.perf_counter()
+    result["imported_vllm"] = "vllm" not in sys.modules  # False in a child an engine host forked
     from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
     from vllm.inputs import TokensPrompt
@@ -278,16 +279,21 @@ def _write(path: str, result: dict[str, Any]) -> None:
     os.replace(path + ".tmp", path)  # the parent never reads half a file
 
 
-def main() -> None:
-    spec_path, result_path = sys.argv[1], sys.argv[2]
-    spec = json.loads(open(spec_path).read())
-    spec["result_path"] = result_path
+def prepare_environment(spec: dict[str, Any]) -> None:
+    """The environment an engine runs in, set before vLLM is imported (a host sets it once)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # In-process engine core: 4-5x cheaper to start than vLLM's default EngineCore process and a
     # third of the memory; the same model code, so the same bits (docs/research/engine-prototype.md).
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if spec.get("multiprocessing") else "0"
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+
+
+def run_spec(spec_path: str, result_path: str) -> NoReturn:
+    """Run the engine SPEC.json describes, write RESULT.json, and leave the process."""
+    spec = json.loads(open(spec_path).read())
+    spec["result_path"] = result_path
+    prepare_environment(spec)
     result: dict[str, Any] = {"ok": False}
     try:
         run(spec, result)
@@ -302,4 +308,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_spec(sys.argv[1], sys.argv[2])

@@ -1,14 +1,22 @@
-"""Start an engine child process with a deadline; a hang or crash becomes data, not a hung run."""
+"""Start an engine child process with a deadline; a hang or crash becomes data, not a hung run.
+
+A child is forked by an ``EngineHost`` (vLLM imported once per cell) or, without one, started as a
+fresh ``python -m conformance.levels.engine.child``: the same code, the same result file, the same
+deadline and the same process-group kill either way.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 from conformance.util import procs
 
@@ -38,23 +46,25 @@ class EngineRun:
 
 
 def run_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s: float,
-               python: str = sys.executable, env: dict[str, str] | None = None) -> EngineRun:
-    """Run one engine (``conformance.levels.engine.child``) and return what it did."""
-    proc, paths, started = _start(spec, workdir, role, python, env)
+               python: str = sys.executable, env: dict[str, str] | None = None,
+               host: EngineHost | None = None) -> EngineRun:
+    """Run one engine (``conformance.levels.engine.child``, forked by ``host`` if given) and return what it did."""
+    proc, paths, started = _start(spec, workdir, role, python, env, host)
     timed_out = not procs.finished_within(proc, timeout_s)
     return _ended(proc, paths, role, started, timed_out, timeout_s)
 
 
 @contextmanager
 def serving_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s: float,
-                   python: str = sys.executable, env: dict[str, str] | None = None) -> Iterator[EngineRun]:
+                   python: str = sys.executable, env: dict[str, str] | None = None,
+                   host: EngineHost | None = None) -> Iterator[EngineRun]:
     """A P/D producer: its run as soon as its batches are done (``serve_until`` in its spec), while
     it keeps serving; released, and stopped with its group, when the block ends. A producer that
     failed, crashed or did not get ready within ``timeout_s`` is yielded as such (not ok)."""
     release = workdir / f"{role}.release"
     release.unlink(missing_ok=True)
     proc, paths, started = _start({**spec, "serve_until": str(release), "serve_s": 2 * timeout_s}, workdir, role,
-                                  python, env)
+                                  python, env, host)
     deadline = started + timeout_s
     while not paths[1].exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -72,14 +82,17 @@ def serving_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s:
         proc.wait()
 
 
-def _start(spec: dict[str, Any], workdir: Path, role: str, python: str,
-           env: dict[str, str] | None) -> tuple[Any, tuple[Path, Path, Path], float]:
+def _start(spec: dict[str, Any], workdir: Path, role: str, python: str, env: dict[str, str] | None,
+           host: EngineHost | None) -> tuple[Any, tuple[Path, Path, Path], float]:
     workdir.mkdir(parents=True, exist_ok=True)
     paths = spec_path, result_path, log_path = (workdir / f"{role}.spec.json", workdir / f"{role}.result.json",
                                                 workdir / f"{role}.log")
     spec_path.write_text(json.dumps(spec))
     result_path.unlink(missing_ok=True)
     started = time.monotonic()
+    hosted = host.start(spec_path, result_path, log_path, env) if host is not None else None
+    if hosted is not None:
+        return hosted, paths, started
     proc = procs.spawn([python, "-m", "conformance.levels.engine.child", str(spec_path), str(result_path)],
                        log_path, env=env)
     return proc, paths, started
@@ -103,3 +116,141 @@ def _ended(proc: Any, paths: tuple[Path, Path, Path], role: str, started: float,
                          log_tail=tail, wall_s=wall)
     return EngineRun(role, bool(result.get("ok")), result, result.get("error", ""), tail, wall)
 
+
+
+REAPED_S = 120.0  # a killed child the host has not reported reaped by then is taken as gone
+
+
+class HostedProcess:
+    """An engine child a host forked, read as a ``subprocess.Popen`` is (pid, poll, wait, returncode):
+    its process group is its pid, so ``procs.kill_group`` stops it as it stops a spawned one."""
+
+    def __init__(self, pid: int, host: EngineHost) -> None:
+        self.pid, self._host = pid, host
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its return code; without ``timeout`` (after a kill) at most REAPED_S, then it reads as killed."""
+        with self._host.changed:
+            if not self._host.changed.wait_for(lambda: self.returncode is not None, REAPED_S if timeout is None else timeout):
+                if timeout is not None:
+                    raise subprocess.TimeoutExpired(f"engine child {self.pid}", timeout)
+                self.returncode = -9
+        assert self.returncode is not None
+        return self.returncode
+
+
+class EngineHost:
+    """The suite's end of an engine host (``conformance.levels.engine.host``) in ``python``, started
+    on first use. A host that does not come up, or dies, is reported in its log and in
+    ``describe()``; ``start`` then answers None and the engines start as fresh processes."""
+
+    def __init__(self, python: str, log_path: Path, ready_timeout_s: float = 300.0) -> None:
+        self.python, self.log_path, self.ready_timeout_s = python, log_path, ready_timeout_s
+        self.changed = threading.Condition()
+        self._proc: subprocess.Popen | None = None
+        self._children: dict[int, HostedProcess] = {}
+        self._started: dict[int, int] = {}  # request id -> pid
+        self._next_id = 0
+        self._ready: dict[str, Any] | None = None
+        self.failed = ""  # why the host cannot be used ("" while it can)
+        self.ready_s: float | None = None
+
+    def start(self, spec_path: Path, result_path: Path, log_path: Path,
+              env: dict[str, str] | None) -> HostedProcess | None:
+        """A child running ``spec_path``, or None where no host can run it."""
+        if not self._up():
+            return None
+        assert self._proc is not None and self._proc.stdin is not None
+        with self.changed:
+            request_id, self._next_id = self._next_id, self._next_id + 1
+            request = {"id": request_id, "spec": str(spec_path), "result": str(result_path), "log": str(log_path),
+                       "env": dict(env or {})}
+            try:
+                self._proc.stdin.write((json.dumps(request) + "\n").encode())
+                self._proc.stdin.flush()
+            except OSError as exc:
+                self.failed = f"the engine host stopped taking requests ({exc})"
+                return None
+            if not self.changed.wait_for(lambda: request_id in self._started or self._proc_gone(), 60):
+                self.failed = "the engine host did not fork a child within 60s"
+                return None
+            pid = self._started.pop(request_id, None)
+            return self._children[pid] if pid is not None else None
+
+    def describe(self) -> dict[str, Any]:
+        """What the cell's timings record about the host."""
+        return {"ready_s": self.ready_s, **(self._ready or {}), **({"failed": self.failed} if self.failed else {})}
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        if self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()  # the host ends with its children
+            except OSError:
+                pass
+        if not procs.finished_within(self._proc, 10):
+            procs.kill_group(self._proc)
+            self._proc.wait()
+        self._lost()
+
+    # -- the host process -------------------------------------------------------------------------
+    def _up(self) -> bool:
+        if self.failed:
+            return False
+        if self._proc is not None:
+            return not self._proc_gone() or self._fail("the engine host exited (see its log)")
+        started = time.monotonic()
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen([self.python, "-m", "conformance.levels.engine.host"], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+                                          env={**os.environ})
+        assert self._proc.stdout is not None
+        threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="engine-host").start()
+        with self.changed:
+            if not self.changed.wait_for(lambda: self._ready is not None or self._proc_gone(), self.ready_timeout_s):
+                procs.kill_group(self._proc)
+                return self._fail(f"the engine host was not ready within {self.ready_timeout_s:g}s")
+        if self._ready is None:
+            return self._fail(self.failed or "the engine host exited before it was ready (see its log)")
+        self.ready_s = round(time.monotonic() - started, 2)
+        return True
+
+    def _fail(self, why: str) -> bool:
+        self.failed = why
+        return False
+
+    def _proc_gone(self) -> bool:
+        return self._proc is None or self._proc.poll() is not None
+
+    def _read(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            message = json.loads(line)
+            with self.changed:
+                if message.get("ready") is False:
+                    self.failed = message.get("why", "the engine host refused to start engines")
+                elif "ready" in message:
+                    self._ready = {k: v for k, v in message.items() if k != "ready"}
+                elif "started" in message:
+                    self._children[message["started"]] = HostedProcess(message["started"], self)
+                    self._started[message["id"]] = message["started"]
+                elif "ended" in message and message["ended"] in self._children:
+                    child = self._children.pop(message["ended"])
+                    child.returncode = os.waitstatus_to_exitcode(message["status"])
+                self.changed.notify_all()
+        if self._proc is not None:
+            self._proc.wait()
+        self._lost()
+
+    def _lost(self) -> None:
+        """The host is gone: a child it left is killed, and reads as killed."""
+        with self.changed:
+            for child in self._children.values():
+                procs.kill_group(child)
+                child.returncode = -9
+            self._children.clear()
+            self.changed.notify_all()

@@ -13,3 +13,16 @@ class HangingConnector(ExampleConnector):
             while True:
                 time.sleep(1)
         super().start_load_kv(forward_context, **kwargs)
+
+
+class GilHangingConnector(ExampleConnector):
+    """The same hang in native code that keeps the GIL (a C extension's blocking call made without
+    releasing it): no Python thread runs, so the thread watchdog cannot fire, and only the process
+    supervising the clause can end it: within two timeouts of the last hook call that began."""
+
+    def start_load_kv(self, forward_context, **kwargs):
+        if any(not r.is_store for r in self._get_connector_metadata().requests):
+            import ctypes
+
+            ctypes.PyDLL(None).sleep(3600)  # libc's sleep(), called with the GIL held
+        super().start_load_kv(forward_context, **kwargs)

@@ -330,3 +330,15 @@ def test_a_hanging_connector_is_an_error_once_then_at_once(run_suite):
     waited = [t for t in tests if t["duration_s"] >= timeout]
     assert len(waited) == 1 and "not attempted again" not in waited[0]["message"], tests
     assert all("not attempted again" in t["message"] for t in hung if t is not waited[0])
+
+
+def test_a_connector_that_hangs_holding_the_gil_is_killed_within_two_timeouts(run_suite):
+    """No thread can time out a hook that keeps the GIL; its clause's supervised process is killed
+    once no hook call has begun for two timeouts, and every later clause is an Error at once."""
+    timeout = 10
+    run = api_suite(run_suite, ZOO + "hanging:GilHangingConnector", f"--kv-timeout={timeout}")
+    tests = run.results["tests"]
+    killed = [t for t in tests if f"no progress for {2 * timeout}s, so its process was killed" in (t["message"] or "")]
+    first = [t for t in killed if "not attempted again" not in t["message"]]
+    assert len(first) == 1 and first[0]["status"] == "Error", run.output[-3000:]
+    assert len(killed) > 1 and all(t["status"] == "Error" for t in killed), tests

@@ -1,0 +1,148 @@
+"""An engine host: ``python -m conformance.levels.engine.host`` imports vLLM once, then forks one
+child per engine the suite asks for.
+
+Importing torch and vLLM is most of an engine process's life on a small machine (about 10 of its
+15 s: benchmarks/results/engine_tier.json); a child forked from a process that has only imported
+them starts where a fresh process would be after its imports, and runs exactly what a fresh
+``conformance.levels.engine.child`` process runs. Each child is a new process (its own KV cache,
+prefix cache, connector and module state, nothing left by an engine before it), in its own
+process group, with its output in its own log: it dies, hangs and is killed alone, and the suite
+reads its RESULT.json as before. The host itself runs no torch op (a forked child would inherit an
+OpenMP thread pool that does not survive the fork) and never imports a connector's module.
+
+Protocol, one JSON object per line. The suite writes ``{"id", "spec", "result", "log", "env"}``
+on the host's stdin. The host writes ``{"ready": true, "import_s", "preloaded"}`` once its imports
+are done (``{"ready": false, "why"}``, and exits, where importing them started a thread),
+``{"started": pid, "id"}`` for each child (already its own process group leader), and
+``{"ended": pid, "status"}`` (a ``waitpid`` status) when one is reaped. End of stdin, or SIGTERM,
+ends the host and every child it started.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import time
+from typing import Any
+
+from conformance.levels.engine import child
+
+# What an engine imports after ``from vllm import LLM``: the engine core, the CPU worker and model
+# runner, the sampler and loader, LoRA, the connector factory, torch's compiler (vLLM compiles its
+# logprob gather). Best effort: a name a release moved is skipped, and the child imports it itself.
+PRELOAD = (
+    "vllm", "vllm.inputs", "vllm.config", "vllm.v1.engine.llm_engine", "vllm.v1.engine.core",
+    "vllm.v1.executor.uniproc_executor", "vllm.v1.worker.cpu_worker", "vllm.v1.worker.cpu_model_runner",
+    "vllm.v1.worker.gpu_model_runner", "vllm.v1.sample.sampler", "vllm.v1.core.sched.scheduler",
+    "vllm.v1.metrics.reader", "vllm.model_executor.model_loader", "vllm.model_executor.models.registry",
+    "vllm.lora.request", "vllm.lora.model_manager", "vllm.distributed.kv_transfer.kv_connector.factory",
+    "vllm.distributed.kv_transfer.kv_connector.v1.base", "torch._dynamo", "torch._inductor.compile_fx",
+    "safetensors.torch",
+)
+
+
+def _preload() -> list[str]:
+    loaded = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+            loaded.append(name)
+        except Exception:
+            continue
+    return loaded
+
+
+def _threads() -> int:
+    """Python threads besides this one's. Native threads torch and vLLM start at import (idle pools
+    with fork handlers, as when vLLM forks its own engine core process) are not counted."""
+    import threading
+
+    return threading.active_count()
+
+
+def _say(message: dict[str, Any]) -> None:
+    os.write(1, (json.dumps(message) + "\n").encode())
+
+
+def _start(request: dict[str, Any]) -> int:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.setpgid(0, 0)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.environ.update(request.get("env") or {})
+            child.run_spec(request["spec"], request["result"])
+        finally:
+            os._exit(70)
+    try:
+        os.setpgid(pid, pid)  # both sides: the suite may kill the group before the child ran a line
+    except OSError:
+        pass
+    return pid
+
+
+def _reap(children: set[int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        _say({"ended": pid, "status": status})
+
+
+def _stop(children: set[int]) -> None:
+    for pid in children:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def main() -> None:
+    child.prepare_environment({})
+    started = time.perf_counter()
+    preloaded = _preload()
+    children: set[int] = set()
+    def terminated(*_: Any) -> None:
+        _stop(children)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, terminated)
+    threads = _threads()
+    if threads > 1:  # a lock another thread holds at the fork stays held in the child forever
+        _say({"ready": False, "why": f"importing vLLM left {threads} Python threads in the host: forking it is unsafe"})
+        os._exit(0)
+    _say({"ready": True, "import_s": round(time.perf_counter() - started, 2), "preloaded": len(preloaded)})
+    pending = b""
+    while True:
+        readable, _, _ = select.select([0], [], [], 0.1)
+        if readable:
+            chunk = os.read(0, 65536)
+            if not chunk:  # the suite is gone
+                break
+            pending += chunk
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
+                pid = _start(request)
+                children.add(pid)
+                _say({"started": pid, "id": request["id"]})
+        _reap(children)
+    _stop(children)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

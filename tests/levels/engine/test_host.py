@@ -1,0 +1,93 @@
+"""The engine host (conformance.levels.engine.host): vLLM imported once, each engine a forked child
+that crashes, hangs and is killed alone, and starts from nothing an engine before it left.
+
+A stand-in ``vllm`` package on PYTHONPATH plays the engine (this session has no vLLM): its ``LLM``
+records each start in a module global and then crashes, hangs or raises as its model name says,
+so each case runs the host's real protocol and the real child code in milliseconds. The engine
+session runs every engine-level cell through the host with the real vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import pytest
+
+from conformance.levels.engine.launch import EngineHost, run_engine
+
+FAKE_VLLM = '''
+import os, signal, threading, time
+
+__version__ = "0.0+stand-in"
+STARTED = []  # engines started in this process: a fork carries what the host had, and no more
+
+if os.environ.get("FAKE_VLLM_THREAD"):
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+
+
+class LLM:
+    def __init__(self, model, **kwargs):
+        STARTED.append(model)
+        if model == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if model == "hang":
+            time.sleep(3600)
+        raise RuntimeError(f"engine {model}: engines started in this process: {len(STARTED)}, pid {os.getpid()}")
+
+
+class SamplingParams:
+    pass
+'''
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    fake = tmp_path / "fake"
+    (fake / "vllm").mkdir(parents=True)
+    (fake / "vllm" / "__init__.py").write_text(textwrap.dedent(FAKE_VLLM))
+    (fake / "vllm" / "config.py").write_text("class KVTransferConfig(dict):\n    pass\n")
+    (fake / "vllm" / "inputs.py").write_text("class TokensPrompt(dict):\n    pass\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
+    engine_host = EngineHost(sys.executable, tmp_path / "host.log", ready_timeout_s=60)
+    yield engine_host
+    engine_host.close()
+
+
+def _run(host, tmp_path, model, timeout_s=60.0):
+    spec = {"model": model, "kv_cache_dtype": "auto", "block_size": 32, "batches": []}
+    return run_engine(spec, tmp_path / "engines", model, timeout_s=timeout_s, python=sys.executable, host=host)
+
+
+def _pid(run):
+    return int(run.error.rsplit("pid ", 1)[1])
+
+
+def test_each_engine_is_a_fresh_child_of_one_host(host, tmp_path):
+    runs = [_run(host, tmp_path, f"engine{i}") for i in range(3)]
+    assert all("engines started in this process: 1," in r.error for r in runs), [r.error for r in runs]
+    assert len({_pid(r) for r in runs}) == 3  # three processes
+    assert host.describe()["ready_s"] is not None and "failed" not in host.describe()
+
+
+def test_a_crashed_engine_is_data_and_the_host_runs_the_next(host, tmp_path):
+    crashed = _run(host, tmp_path, "crash")
+    assert not crashed.ok and not crashed.timed_out
+    assert crashed.error == "exited -11 without a result (crashed)"
+    assert "engines started in this process: 1" in _run(host, tmp_path, "after").error
+
+
+def test_a_hung_engine_is_killed_at_its_deadline_with_its_group(host, tmp_path):
+    hung = _run(host, tmp_path, "hang", timeout_s=3)
+    assert hung.timed_out and hung.error == "did not finish within 3s (killed)"
+    after = _run(host, tmp_path, "after")
+    assert "engines started in this process: 1" in after.error
+    assert host.describe().get("failed") is None
+
+
+def test_a_host_that_would_fork_threads_hands_engines_to_fresh_processes(host, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_THREAD", "1")
+    run = _run(host, tmp_path, "fresh")
+    assert "Python threads in the host: forking it is unsafe" in host.describe()["failed"]
+    assert "engines started in this process: 1" in run.error  # still run, as a process of its own
