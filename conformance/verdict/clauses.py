@@ -145,6 +145,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "layer hook runs) and holds its stored bytes; a connector that loads synchronously is Not runnable "
            "here (api_chunked_prefill judges loads larger than the step's token budget, async ones included)",
            lossless=True, requires=_CACHE),
+    Clause("api_save_before_free", _CONNECTOR,
+           "a connector reads a request's blocks only while vLLM holds them for it: blocks it gives back "
+           "(request_finished returned False, or once reported in finished_sending) are overwritten at once, "
+           "as vLLM's next request in them writes, and what is later loaded for the prompt is still the KV "
+           "it computed",
+           lossless=True, requires=_CACHE, needs_load=True),
     Clause("api_transfer_reports", _CONNECTOR,
            "get_finished reports each finished async save (finished_sending) and load (finished_recving) "
            "exactly once, only for a request vLLM holds for it, and every block comes back once the "

@@ -123,6 +123,7 @@ class Run:
     # request id -> the kv_transfer_params vLLM handed back when it finished (a P/D producer's)
     transfer_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     reused: set[int] = field(default_factory=set)  # blocks overwritten once their request gave them back
+    given_back: set[int] = field(default_factory=set)  # blocks given back, not yet allocated again
     freed_unsent: set[str] = field(default_factory=set)  # requests whose blocks came back unreported
     # A hybrid model's KV cache groups (one per attention type under vLLM's hybrid KV cache manager):
     # layer -> its group (absent: group 0), and request id -> its block ids in every group.
@@ -150,7 +151,9 @@ class Phase:
     ``transfer`` the kv_transfer_params a request carries (P/D); ``loras`` the LoRA adapter a
     request is for; ``embeds`` the seed of the embeddings a request is given instead of its token
     ids (its prompt's length theirs); ``reuse_freed`` overwrites each block as soon as its request
-    gave it back, as vLLM's next request in it would."""
+    gave it back, as vLLM's next request in it would (a P/D producer's); ``reuse_reallocated`` when
+    vLLM gives it to another request, in that step's forward pass (after the connector's pre-forward
+    hooks, where a connector that frees blocks with a save pending can still finish it)."""
 
     requests: Sequence[tuple[Any, ...]]
     fill: Filler
@@ -159,6 +162,7 @@ class Phase:
     loras: Mapping[str, str] = field(default_factory=dict)
     embeds: Mapping[str, int] = field(default_factory=dict)
     reuse_freed: bool = False
+    reuse_reallocated: bool = False
 
     @property
     def serves(self) -> frozenset[str]:
@@ -530,8 +534,10 @@ class _Pair:
         if not out.total_num_scheduled_tokens:
             time.sleep(IDLE_STEP_PAUSE_S)
         h._track_blocks(out, run)
+        reallocated = self._reallocated(out, run) if phase.reuse_reallocated else []
+        forward = (lambda: self._overwrite(reallocated, run)) if reallocated else None
         connector_output = h._hook("worker hooks", self.runner.run_worker_step, self.worker.inner, out,
-                                   run.caches, run.mla, self.config)
+                                   run.caches, run.mla, self.config, forward)
         self._sort_load_errors(out, connector_output, inner, run)
         self.ledger.vet(connector_output, inner, self.step_no)
         result = h.era.model_runner_output(inner, out, connector_output, SAMPLED_TOKEN)
@@ -543,7 +549,9 @@ class _Pair:
                 if getattr(output, "kv_transfer_params", None):
                     run.transfer_params[output.request_id] = output.kv_transfer_params
         if phase.reuse_freed:
-            self._reuse_freed(inner, run)
+            self._overwrite(self._freed(inner, run), run)
+        elif phase.reuse_reallocated:
+            run.given_back |= set(self._freed(inner, run))
         self.step_no += 1
         return True
 
@@ -590,19 +598,33 @@ class _Pair:
                 "request was loading into them in that step (vLLM maps a failed block to the request whose "
                 "load it belongs to in the step it is reported, and ignores it otherwise)")
 
-    def _reuse_freed(self, scheduler: Any, run: Run) -> None:
-        """Overwrite, with the bitwise complement of what was computed there, every block an ended
-        request gave back: what the next request vLLM gives that block would write."""
+    def _freed(self, scheduler: Any, run: Run) -> list[int]:
+        """The blocks ended requests gave back since the last call (and not yet overwritten); their
+        requests, where no finished_sending came, are ``Run.freed_unsent``."""
         pool = scheduler.kv_cache_manager.block_pool
         held_by = [(rid, ids) for rid, groups in run.group_blocks.items() for ids in groups] + list(run.origin.items())
         freed = sorted({b for rid, ids in held_by if rid not in scheduler.requests
-                        for b in ids if b and b not in run.reused and pool.blocks[b].ref_cnt == 0})
-        if not freed:
-            return
-        run.reused |= set(freed)
+                        for b in ids if b and b not in run.reused | run.given_back and pool.blocks[b].ref_cnt == 0})
         # a request whose blocks came back with no finished_sending: freed when it finished
         run.freed_unsent |= {rid for rid, ids in held_by if set(ids) & set(freed) and not self.ledger.reported("save", rid)}
-        index = torch.tensor(freed, dtype=torch.long)
+        return freed
+
+    @staticmethod
+    def _reallocated(out: Any, run: Run) -> list[int]:
+        """The blocks this step's schedule gives a request that another request gave back before."""
+        new = [b for req in out.scheduled_new_reqs for ids in req.block_ids for b in ids]
+        new += [b for grown in out.scheduled_cached_reqs.new_block_ids if grown for ids in grown for b in ids]
+        again = sorted(run.given_back & set(new))
+        run.given_back -= set(again)
+        return again
+
+    def _overwrite(self, blocks: list[int], run: Run) -> None:
+        """Overwrite ``blocks`` with the bitwise complement of what was computed there: what another
+        request vLLM gives them writes."""
+        if not blocks:
+            return
+        run.reused |= set(blocks)
+        index = torch.tensor(blocks, dtype=torch.long)
         for name, was in views_over(self.caches, run.before).items():
             flipped = (was[index].contiguous().view(torch.uint8) ^ 0xFF).view(was.dtype)
             self.caches[name][index] = flipped.view(was[index].shape)

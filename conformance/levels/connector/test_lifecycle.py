@@ -188,6 +188,34 @@ def test_async_load(connector_api):
     _bytes_back(cid, stored, "stored", loaded, "load", context + "its async load done")
 
 
+@clause("api_save_before_free")
+def test_save_before_free(connector_api):
+    cid = "api_save_before_free"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT + BLOCK_SIZE, seed=51)
+    stored_blocks, neighbour_blocks = (-(-len(p) // BLOCK_SIZE) for p in (ps.stored, ps.neighbour))
+    # In a cache of just the blocks the two need at once, "stored" (6 blocks) is prefilled whole in
+    # the first step beside the neighbour's first chunk (1 block); the neighbour's next chunk is
+    # given the blocks "stored" gave back, and its forward pass overwrites them (reuse_reallocated),
+    # as vLLM reuses blocks under memory pressure.
+    budget = stored_blocks * BLOCK_SIZE
+    phases = [Phase([("stored", ps.stored), ("neighbour", ps.neighbour)], seeded_fill(51), reuse_reallocated=True),
+              Phase([("load", ps.stored)], seeded_fill(52))]
+    context = (f"a {len(ps.stored)}-token prompt stored in a cache of {neighbour_blocks} blocks, whose blocks vLLM "
+               "gave to the next request's chunk (its forward pass overwrote them) as soon as it gave them back, "
+               "then asked for again")
+    with connector_faults_fail(cid, context + ": "):
+        stored, loaded = _lifetime(connector_api, phases, num_blocks=neighbour_blocks + 1,
+                                   scheduling={"max_num_batched_tokens": budget})
+    if not stored.reused:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}vLLM gave no block back to another request in this scenario (its "
+                    "scheduler changed?); the clause judged nothing")
+    if "stored" in stored.freed_unsent:
+        context += (" (request_finished returned False for it, so vLLM could reuse its blocks at once: a save "
+                    "still reading them must return True and report the request in finished_sending when done, "
+                    "or finish before the forward pass of the step that reuses them)")
+    _bytes_back(cid, stored, "stored", loaded, "load", context)
+
+
 @clause("api_transfer_reports")
 def test_transfer_reports(connector_api):
     cid = "api_transfer_reports"

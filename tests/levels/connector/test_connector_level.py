@@ -50,10 +50,10 @@ EXPECTED = {
     # where loaded bytes are compared; damaged storage it never reads is a Pass).
     ZOO + "noop:NoopConnector": {"api_save_load_roundtrip", "api_same_engine_roundtrip"},
     ZOO + "reversed_blocks:ReversedBlocksConnector":
-        {"api_save_load_roundtrip", "api_same_engine_roundtrip"} | EXAMPLE_BUGS,
+        {"api_save_load_roundtrip", "api_same_engine_roundtrip", "api_save_before_free"} | EXAMPLE_BUGS,
     ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes"} | EXAMPLE_BUGS,
     ZOO + "first_layer_only:FirstLayerOnlyConnector":
-        {"api_save_load_roundtrip", "api_same_engine_roundtrip"} | EXAMPLE_BUGS,
+        {"api_save_load_roundtrip", "api_same_engine_roundtrip", "api_save_before_free"} | EXAMPLE_BUGS,
     # Keyed by the first block alone: a prompt sharing only that block is handed the rest of another's KV.
     ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | EXAMPLE_BUGS,
     # Correct, but reads vLLM's current config where vLLM's worker has one set: flagged only for
@@ -66,7 +66,8 @@ EXPECTED = {
     # Remembers the slots instead of copying the KV: wrong once freed blocks are overwritten, in every
     # scenario that reloads within the engine.
     ZOO + "block_reference:BlockReferenceConnector":
-        {"api_same_engine_roundtrip", "api_prompt_embeds", "api_chunked_prefill", "api_abort", "api_preemption"},
+        {"api_same_engine_roundtrip", "api_prompt_embeds", "api_chunked_prefill", "api_abort", "api_preemption",
+         "api_save_before_free"},
     # ExampleConnector with its lifecycle put right (salted key, saved once computed, async saves
     # reported once): only its file format's bugs are left; each known-bad below breaks one thing.
     GOOD + "lifecycle:LifecycleConnector": FILE_STORE_BUGS,
@@ -77,6 +78,8 @@ EXPECTED = {
     ZOO + "early_save:EarlySaveConnector":
         {"api_chunked_prefill", "api_abort", "api_preemption"} | FILE_STORE_BUGS,
     ZOO + "double_report:DoubleReportConnector": {"api_transfer_reports"} | FILE_STORE_BUGS,
+    # Frees a request's blocks at once and saves them a step late: vLLM has given them to another request.
+    ZOO + "late_save:LateSaveConnector": {"api_save_before_free"} | FILE_STORE_BUGS,
     ZOO + "abort_leak:AbortLeakConnector": {"api_abort"} | FILE_STORE_BUGS,
     ZOO + "readmission_assert:ReadmissionAssertConnector": {"api_preemption"} | FILE_STORE_BUGS,
     # Reports the blocks of a file it cannot parse (the engine level's recompute control); the
@@ -97,7 +100,8 @@ EXPECTED = {
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
 NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_lora_isolation",
-                                               "api_prompt_embeds", "api_chunked_prefill", "api_preemption"}}
+                                               "api_prompt_embeds", "api_chunked_prefill", "api_preemption",
+                                               "api_save_before_free"}}
 
 # Clauses that catch the same bug when their drawn examples exercise it (a partial prefix that
 # happens to hit a whole stored block): allowed to fail, not required to (wpt's intermittent).

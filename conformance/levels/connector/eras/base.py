@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ContextManager, Mapping, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
 
 import torch
 
@@ -67,8 +67,10 @@ class Era(Protocol):
         """Request ids this step re-admits after a preemption."""
 
     def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
-                        mla: bool, config: Any) -> Any:
-        """The model runner's connector hooks for one step; returns the KVConnectorOutput."""
+                        mla: bool, config: Any, forward_pass: Callable[[], None] | None = None) -> Any:
+        """The model runner's connector hooks for one step; returns the KVConnectorOutput. ``forward_pass``
+        is what the model's forward pass writes: called after the connector's pre-forward hooks
+        (start_load_kv) and before the first layer's, in a step that computes tokens."""
 
     def model_runner_output(self, scheduler: Any, scheduler_output: Any, connector_output: Any,
                             token: int) -> Any:

@@ -6,7 +6,7 @@ layout knob and the KV cache allocator moved, which is what each era module supp
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Any, ContextManager, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 import torch
 
@@ -174,7 +174,7 @@ class HookEra:
         return {rid for rid, again in zip(cached.req_ids, cached.resumed_from_preemption) if again}
 
     def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
-                        mla: bool, config: Any) -> Any:
+                        mla: bool, config: Any, forward_pass: Callable[[], None] | None = None) -> Any:
         """vLLM's own model-runner connector code for one step (``_get_kv_connector_output``, which
         calls the hooks this vLLM calls, in its order), around what each attention layer does."""
         from vllm.distributed.kv_transfer import kv_transfer_state
@@ -193,6 +193,8 @@ class HookEra:
             # hooks (loads started, saves waited for, transfers collected) without any layer's.
             with set_forward_context(metadata or None, config), \
                     KVConnectorModelRunnerMixin._get_kv_connector_output(scheduler_output) as output:
+                if forward_pass is not None and metadata:
+                    forward_pass()
                 for name, layer_metadata in metadata.items():  # what each attention layer's forward does
                     worker.wait_for_layer_load(name)
                     worker.save_kv_layer(name, caches[name], layer_metadata)
