@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 
 from conformance.contract.strategies import active_kv_cache_dtypes
 from conformance.levels.connector import checks
-from conformance.levels.connector.harness import ConnectorRaised, Phase, Run
+from conformance.levels.connector.harness import ConnectorRaised, LayoutRefused, NotBuilt, Phase, Run
 from conformance.levels.connector.outcomes import connector_faults_fail as _connector_faults_fail
 from conformance.levels.connector.outcomes import where as _where
 from conformance.levels.connector.scenarios import (
     BLOCK_SIZES,
+    CPU_KV_CACHE_DTYPES,
     TWINS,
+    UNIQUE_PREFIX,
     filler,
     kv_cache_dtypes,
     prompts,
@@ -94,11 +96,35 @@ def test_requirements(connector_api):
 
 @clause("api_save_load_roundtrip")
 def test_save_load_roundtrip(connector_api):
-    _loads_something(connector_api)
+    probe = _loads_something(connector_api)
+    _loads_a_large_payload(connector_api, probe)
     _roundtrip_examples(connector_api)
+    _every_dtype_once(connector_api)
 
 
-def _loads_something(api) -> None:
+def _every_dtype_once(api) -> None:
+    """After the drawn examples, one round trip per kv_cache_dtype of the axis (random bytes, so every
+    format's special values among them): derandomized draws may miss a dtype."""
+    cid = "api_save_load_roundtrip"
+    dtypes = [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()] or list(CPU_KV_CACHE_DTYPES)
+    for seed, dtype in enumerate(dtypes, 60):
+        ps = unique_prompts(api.vocab_size, 3 * 16 + 5, seed=seed)
+        context = f"the explicit example for kv_cache_dtype={dtype} (every dtype of the axis runs once): "
+        try:
+            with _connector_faults_fail(cid, context, declined=(NotBuilt, LayoutRefused)):
+                store, load = _store_and_load(api, (seeded_fill(seed), seeded_fill(seed + 100)), block_size=16,
+                                              layout=api.era.layouts()[0], stored=ps.stored, load=ps.stored,
+                                              dtype=dtype, neighbour=ps.neighbour)
+        except (NotBuilt, LayoutRefused):  # a dtype it declines, as a drawn example of it is rejected
+            continue
+        n = load.external_tokens.get("load", 0)
+        problems = checks.loaded_differences(store, "stored", load, "load", n)
+        if problems:
+            raise ClauseViolation(cid, f"{context}loaded bytes differ from the saved ones "
+                                       f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
+
+
+def _loads_something(api) -> Run:
     """A long prompt in the most common layout: a connector that never loads is not conformant."""
     cid = "api_save_load_roundtrip"
     ps = unique_prompts(api.vocab_size, 8 * 32 + 1, seed=1)
@@ -111,6 +137,56 @@ def _loads_something(api) -> None:
         raise ClauseViolation(cid, f"the second connector pair loaded nothing for a {len(prompt)}-token prompt "
                                    f"the first pair had saved {_where(load, 'probe')}: the connector "
                                    "saves or loads nothing")
+    return load
+
+
+# One prompt's KV per layer past 16 MiB: where value-size caps, message frames, chunking and 32-bit
+# length fields start to bite (a real model's LMCache chunk is megabytes per layer; the drawn
+# examples stay under 512 KiB), prefilled in one step, in the largest block size of these that the
+# connector accepts (LMCache's chunk must be a multiple of it).
+LARGE_LAYER_BYTES = 16 << 20
+LARGE_BLOCK_SIZES = (64, 32, 16)
+
+
+def _loads_a_large_payload(api, probe: Run) -> None:
+    """The largest payload the level sends: a prompt whose KV is just over LARGE_LAYER_BYTES per layer
+    (the model's geometry, measured on the probe's caches), saved by one pair and loaded by another."""
+    cid = "api_save_load_roundtrip"
+    layer = next(iter(probe.caches.values()))
+    token_bytes = layer.numel() * layer.element_size() // (probe.num_blocks * probe.block_size)
+    for block_size in LARGE_BLOCK_SIZES:
+        # past the size mid-block, as drawn prompts end (ExampleConnector misses a prompt one token
+        # past a block boundary: api_partial_prefix's finding, not this probe's)
+        tokens = LARGE_LAYER_BYTES // token_bytes + block_size // 2
+        ps = unique_prompts(api.vocab_size, tokens - UNIQUE_PREFIX, seed=3)
+        context = (f"a {len(ps.stored)}-token prompt ({len(ps.stored) * token_bytes / 2**20:.1f} MiB of KV per layer, "
+                   f"{len(probe.caches)} layers, blocks of {block_size} tokens) saved by one pair and loaded by another")
+        try:
+            with _connector_faults_fail(cid, context + ": ", declined=(NotBuilt,)):
+                store, load = _large_round_trip(api, ps.stored, block_size)
+            break
+        except NotBuilt:  # it declines this block size (it was built for the probe): the next one
+            continue
+    else:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}the connector declines every block size of {LARGE_BLOCK_SIZES}")
+    n = load.external_tokens.get("load", 0)
+    if n <= 0:
+        raise ClauseViolation(cid, f"{context}: the second pair loaded nothing {_where(load, 'large payload')}, though "
+                                   "it loaded the shorter probe's prompt")
+    problems = checks.loaded_differences(store, "stored", load, "load", n)
+    if problems:
+        raise ClauseViolation(cid, f"{context}: loaded bytes differ from the saved ones "
+                                   f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
+
+
+def _large_round_trip(api, prompt: list[int], block_size: int) -> tuple[Run, Run]:
+    blocks = -(-len(prompt) // block_size) + 2
+    knobs = {"max_model_len": blocks * block_size, "max_num_batched_tokens": blocks * block_size}
+    storage = f"large-{uuid.uuid4().hex[:12]}"
+    runs = [api.lifetime(kv_cache_dtype="auto", layout=api.era.layouts()[0], block_size=block_size,
+                         phases=[Phase([(rid, prompt)], seeded_fill(seed))], storage=storage, scheduling=knobs,
+                         num_blocks=blocks)[0] for rid, seed in (("stored", 3), ("load", 4))]
+    return runs[0], runs[1]
 
 
 @count_examples

@@ -5,8 +5,10 @@ layout knob and the KV cache allocator moved, which is what each era module supp
 
 from __future__ import annotations
 
+import contextlib
+import os
 from types import SimpleNamespace
-from typing import Any, Callable, ContextManager, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 import torch
 
@@ -35,8 +37,11 @@ class HookEra:
         from vllm.config.kv_events import KVEventsConfig
 
         embeds = {"enable_prompt_embeds": True} if "prompt_embeds" in serves else {}
-        model_config = ModelConfig(model=model, seed=0, **embeds)
         knobs = {"max_num_seqs": 16, "max_num_batched_tokens": 4096, **(scheduling or {})}
+        longest = knobs.pop("max_model_len", None)  # a scenario's long prompt, past the model's own limit
+        with _long_prompts_allowed(longest is not None):
+            model_config = ModelConfig(model=model, seed=0, **embeds,
+                                       **({"max_model_len": longest} if longest else {}))
         scheduler_config = SchedulerConfig(**knobs, max_model_len=model_config.max_model_len,
                                            enable_chunked_prefill=True, is_encoder_decoder=False)
         cache_config = CacheConfig(block_size=block_size, cache_dtype=kv_cache_dtype, enable_prefix_caching=True)
@@ -215,6 +220,25 @@ class HookEra:
         return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                  sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={},
                                  pooler_output=None, kv_connector_output=connector_output)
+
+
+@contextlib.contextmanager
+def _long_prompts_allowed(allowed: bool) -> Iterator[None]:
+    """vLLM refuses a max_model_len past the model's max_position_embeddings unless told to allow it
+    (VLLM_ALLOW_LONG_MAX_MODEL_LEN): the connector level computes no attention, so a long prompt only
+    means more KV to move."""
+    if not allowed:
+        yield
+        return
+    before = os.environ.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN")
+    os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN", None)
+        else:
+            os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = before
 
 
 def _world_of_one() -> None:
