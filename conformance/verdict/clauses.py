@@ -226,6 +226,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "KV cache manager on with the connector: every connector engine has the KV cache groups the "
            "no-connector baseline has, so the other clauses judge the connector through all of them",
            requires=frozenset({"hma"})),
+    Clause("engine_block_reuse", _ENGINE,
+           "KV stored by an engine whose freed blocks vLLM gives the next request at once (a cache of one "
+           "block more than each prompt takes, prompts served one by one, each ending in its prefill step) "
+           "loads into a fresh engine as the baseline computes it: the connector reads a request's blocks only "
+           "while vLLM holds them for it",
+           requires=_ACROSS, needs_load=True),
     Clause("engine_effective_dtype", _ENGINE,
            "the engines run the requested kv_cache_dtype: vLLM's resolved cache dtype and the KV "
            "tensors it allocated match the KVSpec (no silent fallback to auto)"),
@@ -274,7 +280,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "lifecycle": (
         "state_machine", "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill",
         "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
-        "api_connector_stats", "api_kv_events", "engine_cache_salt", "engine_lora_isolation", "engine_abort"),
+        "api_connector_stats", "api_kv_events", "engine_cache_salt", "engine_lora_isolation", "engine_abort",
+        "engine_block_reuse"),
     "API requirements": ("api_requirements",),
 }
 GROUP_OF: dict[str, str] = {c: group for group, members in GROUPS.items() for c in members}

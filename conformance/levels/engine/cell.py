@@ -54,16 +54,21 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
         # being saved), then the same prompts asked for again.
         "aborted": {"name": "aborted", "prompts": abandoned, "abort_after_steps": 1},
         "after_abort": {"name": "after_abort", "prompts": abandoned},
+        # Prompts of REUSED_BLOCKS blocks each, for an engine of one block more: each is given the
+        # blocks the one before it gave back (vLLM's free queue hands out the least recently used).
+        "reused": {"name": "reused", "prompts": [tokens((REUSED_BLOCKS - 1) * bs + bs // 3 + i) for i in range(3)]},
     }
 
 
 SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch
+REUSED_BLOCKS = 5  # the blocks of each "reused" prompt; its store engine has one usable block more
+REUSE_ROLES = ("reuse_store", "reuse_load")  # KV saved while vLLM reused its blocks at once, then loaded
 AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
 SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
 LORA = "lora"  # the same with LoRA enabled: stores for the base model, then asks under an adapter
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
-COLD_ROLES = (SAME_ENGINE, "store", LORA)  # the first engine over its (empty) storage
+COLD_ROLES = (SAME_ENGINE, "store", LORA, "reuse_store")  # the first engine over its (empty) storage
 NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells (BaselineStore)
 
 
@@ -88,6 +93,7 @@ class EngineCell:
         self.private_storage = workdir / "storage-same-engine"
         self.pd_storage = workdir / "storage-pd"  # a P/D pair's (its rendezvous, for one that needs it)
         self.lora_storage = workdir / "storage-lora"  # the LoRA engine's, cold as the same-engine one's
+        self.reuse_storage = workdir / "storage-reuse"  # the block-reuse pair's
         self._world: str | None = None  # which of the two last used the server: a switch restarts it
 
     # -- connector infrastructure ---------------------------------------------------------------
@@ -143,7 +149,8 @@ class EngineCell:
                                 + [{**self.batches[b], "phase": 1} for b in reload or []]}
         if role is not None:
             storage = {SAME_ENGINE: self.private_storage, LORA: self.lora_storage,
-                       **dict.fromkeys(PD_ROLES, self.pd_storage)}.get(role, self.storage)
+                       **dict.fromkeys(PD_ROLES, self.pd_storage),
+                       **dict.fromkeys(REUSE_ROLES, self.reuse_storage)}.get(role, self.storage)
             storage.mkdir(parents=True, exist_ok=True)
             kv_role = {"producer": "kv_producer", "consumer": "kv_consumer"}.get(role)
             spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage),
@@ -156,7 +163,7 @@ class EngineCell:
         load = ["extends", "boundaries", "concurrent"]
         dtype = self.kv_cache_dtype
         return {
-            "baseline": lambda: self._spec(dtype, None, [*load, "after_abort"]),
+            "baseline": lambda: self._spec(dtype, None, [*load, "after_abort", "reused"]),
             SAME_ENGINE: lambda: self._spec(dtype, SAME_ENGINE, [*STORED, "aborted"],
                                             reload=[*load, "salted", "after_abort"]),
             LORA: lambda: {**self._spec(dtype, LORA, ["boundaries"], reload=["adapted", "boundaries"]),
@@ -167,6 +174,12 @@ class EngineCell:
             "twin_load": lambda: self._spec(self.twin_dtype, "twin_load", load),
             "after_loss": lambda: self._spec(dtype, "after_loss", load),
             "after_loss_recompute": lambda: self._spec(dtype, "after_loss_recompute", load, "recompute"),
+            # A cache of one usable block more than a "reused" prompt takes (vLLM's null block besides),
+            # each request ending in its prefill step: the next one is given the blocks it gave back.
+            "reuse_store": lambda: {**self._spec(dtype, "reuse_store", ["reused"]), "max_tokens": 1,
+                                    "num_blocks": REUSED_BLOCKS + 2,
+                                    "max_model_len": (REUSED_BLOCKS + 1) * self.block_size},
+            "reuse_load": lambda: self._spec(dtype, "reuse_load", ["reused"]),
         }
 
     def tolerance(self, baseline: EngineRun, batch: str) -> Tolerance | None:
@@ -199,6 +212,7 @@ class EngineCell:
             return self.runs[role]
         intact = ["store", "load", "twin_load"]
         needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact,
+                 "reuse_load": ["reuse_store"],
                  # A server is emptied when the roles switch worlds: the same-engine role goes first.
                  "store": [SAME_ENGINE] if self.server is not None else []}
         for dep in needs.get(role, []):

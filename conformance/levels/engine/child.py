@@ -4,7 +4,8 @@ The parent never imports vLLM; it reads RESULT.json. Whatever happens (an import
 engine that refuses the config, a connector that raises) the result file says so, and the
 process leaves through ``os._exit`` so that no teardown can hang it.
 
-SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``,
+SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``, ``num_blocks``
+(the cache's blocks, vLLM's ``num_gpu_blocks_override``; default: what ``kv_cache_mb`` holds),
 ``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
 ``[{"name", "prompts": [[token ids]], "together": bool, "phase": int, "cache_salt": str,
 "kv_transfer_params": [one dict per prompt], "abort_after_steps": int}]``; a batch ``together`` is
@@ -153,6 +154,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         kv_cache_dtype=spec["kv_cache_dtype"], kv_cache_memory_bytes=spec.get("kv_cache_mb", 64) << 20,
         disable_log_stats=False, seed=0, max_num_seqs=spec.get("max_num_seqs", 8),
         enable_prefix_caching=True,
+        **({"num_gpu_blocks_override": spec["num_blocks"]} if spec.get("num_blocks") else {}),
     )
     if spec.get("connector"):
         kwargs["kv_transfer_config"] = KVTransferConfig(**spec["connector"])

@@ -14,6 +14,7 @@ from conformance.contract.spec import KVSpec
 from conformance.levels.engine.cell import (
     COLD_ROLES,
     LORA,
+    REUSED_BLOCKS,
     SALT,
     SAME_ENGINE,
     STORED,
@@ -188,6 +189,21 @@ def test_engine_store_then_load(cell):
             f"requests whose prefixes engine A served; {cell.connector.label} silently did nothing"))
     _identical(cell, load, base, ["extends", "boundaries", "concurrent"], "engine_store_then_load",
                f"engine B ({hits:g} external hit tokens)")
+
+
+@clause("engine_block_reuse")
+def test_engine_block_reuse(cell):
+    cid = "engine_block_reuse"
+    base = _baseline(cell)
+    _connector_run(cell, "reuse_store", cid)
+    load = _connector_run(cell, "reuse_load", cid)
+    prompts = len(cell.batches["reused"]["prompts"])
+    _identical(cell, load, base, ["reused"], cid,
+               f"a fresh engine's reload ({external_hits(load, 'reused'):g} external hit tokens) of {prompts} "
+               f"prompts of {REUSED_BLOCKS} blocks that an engine of {REUSED_BLOCKS + 1} usable blocks stored, one "
+               "by one, each given the blocks the one before it gave back as soon as it ended (a connector that "
+               "still reads a request's blocks once request_finished let vLLM free them stores the next request's "
+               "KV for it)")
 
 
 @clause("engine_effective_dtype")

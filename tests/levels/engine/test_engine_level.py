@@ -26,7 +26,8 @@ FP8_NOT_HERE = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
 # concurrent batch's tolerance widest), else the model's own.
 ZOO_DTYPE = "fp8_e5m2" if FP8_KV_RUNS_HERE else "auto"
 PASSING = {"engine_same_engine_reload", "engine_store_then_load", "engine_effective_dtype",
-           "engine_block_boundaries", "engine_concurrent_requests", "engine_lost_storage", "engine_abort"}
+           "engine_block_boundaries", "engine_concurrent_requests", "engine_lost_storage", "engine_abort",
+           "engine_block_reuse"}
 ACROSS = {c.id for c in CLAUSES.values() if c.level == "engine" and "persistent" in c.requires}
 PD = {c.id for c in CLAUSES.values() if c.level == "engine" and "pd" in c.requires}
 ENGINE_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "engine"}
@@ -162,6 +163,17 @@ def test_a_connector_that_loads_one_request_per_step_is_flagged_by_the_concurren
         run.output[-4000:]
     (test,) = [t for t in run.results["tests"] if t["status"] == "Fail"]
     assert "a batch of concurrent requests in engine B differs" in test["message"], test["message"]
+
+
+def test_a_connector_that_saves_from_blocks_vllm_reused_is_flagged_only_where_vllm_reuses_them(run_suite):
+    """LateSaveConnector frees a request's blocks at once and saves them a step late: in an engine
+    of a few blocks, where the next request is given them at once, it stores that request's KV for
+    the one before; in an engine of 64 MiB, where it is not, it passes."""
+    run = engine_suite(run_suite, "conformance.zoo.connectors.late_save:LateSaveConnector", "auto",
+                       "-k", "block_reuse or store_then_load")
+    assert run.statuses() == {"engine_block_reuse": "Fail", "engine_store_then_load": "Pass"}, run.output[-4000:]
+    (test,) = [t for t in run.results["tests"] if t["status"] == "Fail"]
+    assert "differs from the no-connector baseline in 2 request(s)" in test["message"], test["message"]
 
 
 def test_a_connector_that_reports_what_it_cannot_load_survives_the_loss(run_suite):
