@@ -93,7 +93,7 @@ def main() -> None:
                                 "rows": rows}, indent=2) + "\n")
     for r in rows:
         print(f"{r['store']:<14} {r['payload_bytes']:>10} B  memcpy {r['memcpy_gb_s']:>6} GB/s  "
-              f"put {r['put_vs_memcpy']:>7.4f}x  get {r['get_vs_memcpy']:>7.4f}x  hits {r['hits']}/{r['gets']}  "
+              f"put {r['put_vs_memcpy']:>7.4f}x  get {r['get_vs_memcpy']:>7.4f}x  hits {r.get('hits', '?')}/{r.get('gets', '?')}  "
               f"intact={r['bytes_intact']}")
     print(f"written to {path.relative_to(HERE.parent)}")
 
