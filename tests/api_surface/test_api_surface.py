@@ -19,7 +19,7 @@ from tests.conftest import REPO
 API = REPO / "conformance" / "data" / "api"
 ZOO = REPO / "conformance" / "zoo" / "connectors"
 VERSIONS = ("0.8.5", "0.9.2", "0.10.2", "0.11.0", "0.12.0", "0.13.0", "0.16.0", "0.19.1", "0.22.0", "0.25.0",
-            "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
+            "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0")
 
 TINY = {
     "vllm/__init__.py": "",
