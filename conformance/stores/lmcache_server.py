@@ -43,6 +43,9 @@ def _lmcache_version(python: str) -> str:
     return probe.stdout.strip()
 
 
+BIND_ATTEMPTS = 3
+
+
 class LMCacheServer:
     def __init__(self, log_path: Path, *, chunk_size: int = 64, l1_size_gb: float = 0.25,
                  python: str = sys.executable, ready_timeout_s: float = 120) -> None:
@@ -58,7 +61,20 @@ class LMCacheServer:
         return {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": self.port, "lmcache.mp.mq_timeout": 60.0}
 
     def start(self) -> LMCacheServer:
+        """Start it on free ports; where another process took a port between its choice and the
+        server's bind ("Address already in use"), again on new ones, up to BIND_ATTEMPTS times."""
         self._check_version()
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                return self._start_once()
+            except RuntimeError:
+                lost_race = b"Address already in use" in self.log_path.read_bytes()[logged:]
+                if not lost_race or attempt == BIND_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> LMCacheServer:
         self.port, self.http_port = procs.free_port(), procs.free_port()
         cmd = [self.python, "-m", "lmcache.v1.multiprocess.http_server", "--host", "127.0.0.1",
                "--port", str(self.port), "--http-host", "127.0.0.1", "--http-port", str(self.http_port),

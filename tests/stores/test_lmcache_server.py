@@ -46,3 +46,18 @@ def test_the_version_is_asked_once_per_python_not_per_restart(tmp_path):
         with pytest.raises(RuntimeError, match="takes another command line"):
             server.start()
     assert (tmp_path / "calls").read_text().splitlines() == ["probe"]
+
+
+@pytest.mark.parametrize("says, attempts", [("zmq.error.ZMQError: Address already in use", 3),
+                                            ("ImportError: no lmcache.v1.multiprocess", 1)])
+def test_a_port_taken_before_the_server_bound_it_is_retried_on_new_ports(tmp_path, says, attempts):
+    """The suite picks free ports, and the server binds them later: another process may take one in
+    between. That, and only that, is tried again on new ports (up to three times)."""
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nif [ \"$1\" = -c ]; then echo 0.5.6; exit 0; fi\n"
+                   f"echo \"$6\" >> {tmp_path / 'ports'}\necho '{says}'\nexit 1\n")  # $6: --port's value
+    exe.chmod(0o755)
+    with pytest.raises(RuntimeError, match="exited with 1 before it was ready"):
+        LMCacheServer(tmp_path / "server.log", python=str(exe), ready_timeout_s=10).start()
+    ports = (tmp_path / "ports").read_text().split()
+    assert len(ports) == attempts and all(p.isdigit() for p in ports)  # each attempt chose its own ports
