@@ -2,7 +2,7 @@
 
 Runs the real suite (``pytest --pyargs conformance``) under a profile, reads the examples each
 clause ran and its call duration from the results file, and writes
-``benchmarks/results/store_clauses_<store>.json``. Durations include Hypothesis generation:
+``benchmarks/results/store_clauses_<store>.json`` (``_<profile>`` added for a profile other than deep). Durations include Hypothesis generation:
 that is the cost a connector developer pays per example.
 
     python benchmarks/bench_store_clauses.py [--store memory] [--profile deep] [--repeat 3]
@@ -50,7 +50,8 @@ def main() -> None:
                  "examples_per_s_min": round(min(r), 1)} for c, r in sorted(rates.items())}
     result = {"store": args.store, "profile": args.profile, "repeat": args.repeat,
               "environment": env, "clauses": table}
-    path = HERE / "results" / f"store_clauses_{args.store}.json"
+    suffix = "" if args.profile == "deep" else f"_{args.profile}"  # the deep run keeps its file
+    path = HERE / "results" / f"store_clauses_{args.store}{suffix}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     width = max(map(len, table))
     print(f"{'clause':<{width}}  examples  ex/s (median)  ex/s (min)")

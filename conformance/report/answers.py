@@ -20,6 +20,7 @@ from conformance.verdict.clauses import GROUP_OF, GROUPS
 from conformance.verdict.status import Status, worst
 
 NOT_JUDGED = {Status.DISABLED.value, Status.SKIP.value, Status.NOT_RUNNABLE.value}
+UNCLAIMED = {Status.DISABLED.value, Status.SKIP.value}  # not asked of this subject: no summary line
 # A group's mark, readable in plain text (matrix.md) and beside its colour (index.html).
 MARKS = {"Pass": "✓", "XFail": "✗*", "Fail": "✗!", "Error": "E", "XPass": "✓?", "Not exercised": "○",
          "Not runnable": "n/r", "Disabled": "–", "Skip": "–"}
@@ -147,8 +148,8 @@ def _summary(rows: list[dict[str, Any]], notes: list[dict[str, Any]], columns: l
                          f"for {_span(sorted({d for _, d, _ in passing}), sorted({d for _, d, _ in seen}), 'every dtype')}")
         wrong: dict[int, list[tuple[str, str]]] = {}
         for col, dtype, mark in seen:
-            for n in mark["notes"]:
-                if group in by_number[n]["groups"]:
+            for n in mark["notes"]:  # what is wrong or not judged; a capability not claimed is neither
+                if group in by_number[n]["groups"] and by_number[n]["status"] not in UNCLAIMED:
                     wrong.setdefault(n, []).append((col, dtype))
         for n, at in sorted(wrong.items(), key=lambda kv: -Status(by_number[kv[0]]["status"]).severity):
             note = by_number[n]
