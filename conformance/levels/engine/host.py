@@ -115,6 +115,7 @@ def main() -> None:
     started = time.perf_counter()
     preloaded = _preload()
     children: set[int] = set()
+
     def terminated(*_: Any) -> None:
         _stop(children)
         os._exit(0)
