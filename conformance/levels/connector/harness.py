@@ -603,8 +603,9 @@ class _Pair:
         requests, where no finished_sending came, are ``Run.freed_unsent``."""
         pool = scheduler.kv_cache_manager.block_pool
         held_by = [(rid, ids) for rid, groups in run.group_blocks.items() for ids in groups] + list(run.origin.items())
+        seen = run.reused | run.given_back
         freed = sorted({b for rid, ids in held_by if rid not in scheduler.requests
-                        for b in ids if b and b not in run.reused | run.given_back and pool.blocks[b].ref_cnt == 0})
+                        for b in ids if b and b not in seen and pool.blocks[b].ref_cnt == 0})
         # a request whose blocks came back with no finished_sending: freed when it finished
         run.freed_unsent |= {rid for rid, ids in held_by if set(ids) & set(freed) and not self.ledger.reported("save", rid)}
         return freed

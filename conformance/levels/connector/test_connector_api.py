@@ -117,11 +117,7 @@ def _every_dtype_once(api) -> None:
                                               dtype=dtype, neighbour=ps.neighbour)
         except (NotBuilt, LayoutRefused):  # a dtype it declines, as a drawn example of it is rejected
             continue
-        n = load.external_tokens.get("load", 0)
-        problems = checks.loaded_differences(store, "stored", load, "load", n)
-        if problems:
-            raise ClauseViolation(cid, f"{context}loaded bytes differ from the saved ones "
-                                       f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
+        _as_saved(cid, store, load, context)
 
 
 def _loads_something(api) -> Run:
@@ -173,10 +169,7 @@ def _loads_a_large_payload(api, probe: Run) -> None:
     if n <= 0:
         raise ClauseViolation(cid, f"{context}: the second pair loaded nothing {_where(load, 'large payload')}, though "
                                    "it loaded the shorter probe's prompt")
-    problems = checks.loaded_differences(store, "stored", load, "load", n)
-    if problems:
-        raise ClauseViolation(cid, f"{context}: loaded bytes differ from the saved ones "
-                                   f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
+    _as_saved(cid, store, load, context + ": ")
 
 
 def _large_round_trip(api, prompt: list[int], block_size: int) -> tuple[Run, Run]:
@@ -195,11 +188,16 @@ def _large_round_trip(api, prompt: list[int], block_size: int) -> tuple[Run, Run
 def _roundtrip_examples(connector_api, data):
     cid = "api_save_load_roundtrip"
     store, load = _drawn_roundtrip(connector_api, data, cid)
+    _as_saved(cid, store, load)
+
+
+def _as_saved(cid: str, store: Run, load: Run, context: str = "") -> None:
+    """Raise unless what the load run loaded for request "load" is what the store run saved for "stored"."""
     n = load.external_tokens.get("load", 0)
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
-        raise ClauseViolation(cid, f"loaded bytes differ from the saved ones {_where(load, f'{n} tokens loaded')}: "
-                                   + "; ".join(problems))
+        raise ClauseViolation(cid, f"{context}loaded bytes differ from the saved ones "
+                                   f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
 
 
 def _same_engine(api, fills, *, block_size, layout, ps, dtype) -> tuple[Run, Run]:

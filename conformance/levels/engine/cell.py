@@ -70,6 +70,7 @@ STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase)
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
 COLD_ROLES = (SAME_ENGINE, "store", LORA, "reuse_store")  # the first engine over its (empty) storage
 NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells (BaselineStore)
+NOT_STARTED = "not started: "  # a role's run after another engine of the cell hung (``_hung_run``)
 
 
 class EngineCell:
@@ -273,11 +274,11 @@ class EngineCell:
         that loads), and the cell's verdict would take one deadline per role. Each such role reads
         as timed out (an Error), saying which engine hung."""
         hung = next((r for r in self.runs.values() if r.timed_out and r.role not in NO_CONNECTOR
-                     and not r.error.startswith("not started")), None)
+                     and not r.error.startswith(NOT_STARTED)), None)
         if hung is None:
             return None
         return EngineRun(role, False, error=(
-            f"not started: engine {hung.role} of this cell, with the same connector, was killed at its "
+            f"{NOT_STARTED}engine {hung.role} of this cell, with the same connector, was killed at its "
             f"{self.timeout_s:g}s deadline, and this one would wait out its own (run this clause alone with -k "
             "to judge it by itself)"), timed_out=True)
 
