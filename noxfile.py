@@ -75,8 +75,13 @@ def matrix(session: nox.Session) -> None:
 @nox.parametrize("tier, name, stack", _cells())
 def cell(session: nox.Session, tier: str, name: str, stack: str | None) -> None:
     """One matrix cell in a venv of its own stack: its result lands in results/TIER/ (a CI job per cell: see .github/)."""
-    platform = _matrix().tiers[tier].platform
-    if platform == PLATFORM:
+    matrix = _matrix()
+    platform = matrix.tiers[tier].platform
+    if platform == PLATFORM and stack and matrix.stacks[stack].torch:
+        # Another torch than vLLM pins: kvconform layers the stack's venv on a shared torch base
+        # (.kvconform/stacks), which one nox venv per stack cannot share.
+        _install(session)
+    elif platform == PLATFORM:
         _install(session, _stack_install(stack))
     else:  # a CUDA stack takes vLLM's own torch: none of the CPU pins apply
         session.install(*_stack_install(stack, platform))

@@ -97,8 +97,16 @@ def main(argv: list[str] | None = None) -> int:
     areq.add_argument("--fingerprint", type=Path, action="append", default=[], metavar="FILE",
                       help="check against this fingerprint (repeatable); default: the installed vLLM, by import")
 
+    stk = sub.add_parser("stacks", help="the stack venvs (and shared torch bases) on disk, with their size; "
+                                        "--prune removes what matrix.yaml no longer uses")
+    stk.add_argument("--stacks-dir", type=Path, default=Path(".kvconform/stacks"))
+    stk.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
+    stk.add_argument("--prune", action="store_true",
+                     help="remove stacks matrix.yaml does not name, unfinished installs, and unused torch bases")
+
     args = parser.parse_args(argv)
-    commands = {"run": _run, "report": _report, "clauses": _clauses, "gate": _gate, "certify": _certify, "verify": _verify,
+    commands = {"run": _run, "stacks": _stacks, "report": _report, "clauses": _clauses, "gate": _gate,
+                "certify": _certify, "verify": _verify,
                 "diff": _diff, "api-fingerprint": _api_fingerprint, "api-diff": _api_diff,
                 "api-requirements": _api_requirements}
     try:
@@ -148,6 +156,32 @@ def _run(args: argparse.Namespace) -> int:
     rendered = report.render(results_dir, out, only=current)
     print(f"kvconform: report written to {out}/index.html, matrix.md and matrix.json")
     return 1 if report.any_red(rendered) else 0
+
+
+def _stacks(args: argparse.Namespace) -> int:
+    import shutil
+
+    from conformance.matrix import definition as matrix
+    from conformance.matrix import stacks
+
+    try:
+        wanted = set(matrix.load(args.matrix).stacks)
+    except matrix.MatrixError as exc:
+        print(f"kvconform: {exc}", file=sys.stderr)
+        return 2
+    found = stacks.inventory(args.stacks_dir)
+    remove = {d.name for d in stacks.stale(found, wanted)} if args.prune else set()
+    for d in found:
+        state = ("removed" if d.name in remove else "shared torch base" if d.is_base else
+                 "not in matrix.yaml" if d.name not in wanted else "unfinished install" if not d.complete else "in use")
+        on = f" (on {d.base})" if d.base else ""
+        print(f"{d.name}\t{d.size_bytes / 2**30:.1f} GiB\t{state}{on}")
+        if d.name in remove:
+            shutil.rmtree(d.path)
+    total = sum(d.size_bytes for d in found if d.name not in remove)
+    print(f"kvconform: {len(found) - len(remove)} venvs, {total / 2**30:.1f} GiB in {args.stacks_dir}"
+          + (f"; {len(remove)} removed" if remove else ""))
+    return 0
 
 
 def _no_such_cell(args: argparse.Namespace, name: str, cells: list) -> str:

@@ -51,6 +51,7 @@ class Stack:
     vllm: str
     lmcache: str | None
     install: Mapping[str, tuple[str, ...]]  # platform -> pip requirements
+    torch: str | None = None  # PyPI's torch of this release in place of the one vLLM pins (cpu installs)
 
     @property
     def coordinates(self) -> dict[str, str]:
@@ -366,7 +367,7 @@ def _version(value: Any, path: Path, where: str) -> str:
 
 def _stack(name: str, spec: Any, path: Path) -> Stack:
     where = f"stacks.{name}"
-    _keys(spec, path, where, {"vllm", "lmcache", "install"}, {"vllm", "install"})
+    _keys(spec, path, where, {"vllm", "lmcache", "install", "torch"}, {"vllm", "install"})
     install = spec["install"]
     _keys(install, path, f"{where}.install", set(PLATFORMS))
     _expect(isinstance(install, dict) and install, path, f"{where}.install",
@@ -375,10 +376,11 @@ def _stack(name: str, spec: Any, path: Path) -> Stack:
     for platform, reqs in install.items():
         _expect(isinstance(reqs, list) and reqs and all(isinstance(r, str) and r for r in reqs), path,
                 f"{where}.install.{platform}", f"a non-empty list of pip requirements, got {reqs!r}")
-    lmcache = spec.get("lmcache")
+    lmcache, torch = spec.get("lmcache"), spec.get("torch")
     return Stack(name, _version(spec["vllm"], path, f"{where}.vllm"),
                  None if lmcache is None else _version(lmcache, path, f"{where}.lmcache"),
-                 {p: tuple(r) for p, r in install.items()})
+                 {p: tuple(r) for p, r in install.items()},
+                 None if torch is None else _version(torch, path, f"{where}.torch"))
 
 
 def _stack_list(spec: dict[str, Any], stacks: Mapping[str, Stack], target: str, path: Path,

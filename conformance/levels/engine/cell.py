@@ -285,11 +285,16 @@ class EngineCell:
     def baseline(self, role: str = "baseline") -> EngineRun:
         """A no-connector run; its failure means vLLM cannot run this cell here at all."""
         engine = self.run(role)
+        dtype = self.twin_dtype if role == "twin_baseline" else self.kv_cache_dtype
         if not engine.ok:
             if engine.timed_out:
                 raise HarnessError(engine.describe_failure())
-            dtype = self.twin_dtype if role == "twin_baseline" else self.kv_cache_dtype
             raise NotRunnable(f"vLLM cannot run {self.model.name} with kv_cache_dtype={dtype} here: {engine.error}")
+        resolved = (engine.result.get("resolved") or {}).get("cache_dtype")
+        if resolved is not None and resolved != dtype:  # vLLM's choice, before any connector: nothing to judge
+            said = "; ".join(engine.result.get("warnings") or ()) or "no warning logged"
+            raise NotRunnable(f"vLLM runs kv_cache_dtype={dtype} as {resolved!r} here, in an engine without any "
+                              f"connector, so no {dtype} KV cache exists to judge (vLLM: {said})")
         return engine
 
     def versions(self) -> dict[str, str]:

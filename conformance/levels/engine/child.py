@@ -30,6 +30,7 @@ path exists.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -121,6 +122,20 @@ def _unshadow_llvmlite() -> None:
         table["__dict__"] = {}
 
 
+class _Heard(logging.Handler):
+    """vLLM's warnings about the KV cache while an engine starts (a dtype it falls back from, a setting
+    it overrides): the words a Not runnable quotes."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "cache" in text.lower() and len(self.lines) < 8:
+            self.lines.append(text.strip())
+
+
 def _reset_prefix_cache(llm: Any, timeout_s: float = 60.0) -> bool:
     """Reset the engine's own prefix cache; False if it still refused at the deadline.
 
@@ -161,8 +176,19 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     adapter = _lora_adapter(spec["model"], spec["lora_adapter"]) if spec.get("lora_adapter") else None
     if adapter is not None:
         kwargs.update(enable_lora=True, max_lora_rank=LORA_RANK, max_loras=1)
+    from conformance.levels.releases import engine_settings
+
+    result["engine_settings"] = engine_settings(result["vllm_version"], _device_type(), spec["kv_cache_dtype"])
+    for rule in result["engine_settings"]:  # what this vLLM release requires of the cell
+        kwargs.update(rule["settings"])
     t = time.perf_counter()
-    llm = LLM(**kwargs)
+    heard = _Heard()
+    logging.getLogger("vllm").addHandler(heard)
+    try:
+        llm = LLM(**kwargs)
+    finally:
+        logging.getLogger("vllm").removeHandler(heard)
+        result["warnings"] = heard.lines
     if adapter is not None:
         llm.llm_engine.add_lora(adapter)  # an adapter vLLM cannot load here fails the start, not a request
     result["t_engine_start_s"] = round(time.perf_counter() - t, 2)

@@ -8,11 +8,13 @@ them starts where a fresh process would be after its imports, and runs exactly w
 prefix cache, connector and module state, nothing left by an engine before it), in its own
 process group, with its output in its own log: it dies, hangs and is killed alone, and the suite
 reads its RESULT.json as before. The host itself runs no torch op (a forked child would inherit an
-OpenMP thread pool that does not survive the fork) and never imports a connector's module.
+OpenMP thread pool that does not survive the fork) and never imports a connector's module. Its
+protocol has an fd of its own: what an import prints on stdout goes to the host's log.
 
 Protocol, one JSON object per line. The suite writes ``{"id", "spec", "result", "log", "env"}``
 on the host's stdin. The host writes ``{"ready": true, "import_s", "preloaded"}`` once its imports
-are done (``{"ready": false, "why"}``, and exits, where importing them started a thread),
+are done (``{"ready": false, "why"}``, and exits, where importing them started a thread or left
+CUDA unusable in a fork),
 ``{"started": pid, "id"}`` for each child (already its own process group leader), and
 ``{"ended": pid, "status"}`` (a ``waitpid`` status) when one is reaped. End of stdin, or SIGTERM,
 ends the host and every child it started.
@@ -25,6 +27,7 @@ import json
 import os
 import select
 import signal
+import sys
 import time
 from typing import Any
 
@@ -63,8 +66,31 @@ def _threads() -> int:
     return threading.active_count()
 
 
+_PROTOCOL = 1  # the fd the suite reads; main() moves it off stdout, where vLLM's logger prints
+
+
+def _cuda_unusable_in_forks() -> bool:
+    """Whether a child forked now could not use CUDA: torch marks a fork that follows a CUDA call
+    (PyPI's CUDA build asks for a device count at vLLM's import, GPU or not) as a bad fork, where a
+    connector's ``.cuda()`` fails with another error than in a fresh process. Asked of a probe child."""
+    torch = sys.modules.get("torch")
+    bad_fork = getattr(getattr(torch, "_C", None), "_cuda_isInBadFork", None)
+    if bad_fork is None:
+        return False
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the probe
+        os.write(write, b"1" if bad_fork() else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    return answer == b"1"
+
+
 def _say(message: dict[str, Any]) -> None:
-    os.write(1, (json.dumps(message) + "\n").encode())
+    os.write(_PROTOCOL, (json.dumps(message) + "\n").encode())
 
 
 def _start(request: dict[str, Any]) -> int:
@@ -76,6 +102,8 @@ def _start(request: dict[str, Any]) -> int:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
+            if _PROTOCOL != 1:
+                os.close(_PROTOCOL)  # the suite's channel is the host's alone
             log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(log, 1)
             os.dup2(log, 2)
@@ -111,6 +139,10 @@ def _stop(children: set[int]) -> None:
 
 
 def main() -> None:
+    global _PROTOCOL
+    # What an import prints (vLLM 0.19's logger writes INFO lines to stdout) goes to the log instead.
+    _PROTOCOL = os.dup(1)
+    os.dup2(2, 1)
     child.prepare_environment({})
     started = time.perf_counter()
     preloaded = _preload()
@@ -124,6 +156,9 @@ def main() -> None:
     threads = _threads()
     if threads > 1:  # a lock another thread holds at the fork stays held in the child forever
         _say({"ready": False, "why": f"importing vLLM left {threads} Python threads in the host: forking it is unsafe"})
+        os._exit(0)
+    if _cuda_unusable_in_forks():
+        _say({"ready": False, "why": "importing vLLM made CUDA unusable in the host's forks (torch's bad fork)"})
         os._exit(0)
     _say({"ready": True, "import_s": round(time.perf_counter() - started, 2), "preloaded": len(preloaded)})
     pending = b""

@@ -229,7 +229,10 @@ class EngineHost:
 
     def _read(self, stream: IO[bytes]) -> None:
         for line in stream:
-            message = json.loads(line)
+            try:
+                message = json.loads(line)
+            except ValueError:  # not the host's: skipped, never the end of the reader
+                continue
             with self.changed:
                 if message.get("ready") is False:
                     self.failed = message.get("why", "the engine host refused to start engines")

@@ -22,7 +22,7 @@ from conformance.levels.engine.cell import (
     compare_runs,
     external_hits,
 )
-from conformance.levels.subject import cannot_run_here
+from conformance.levels.subject import cannot_run_here, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load
 from conformance.verdict.guard import HarnessError
@@ -68,6 +68,9 @@ def _vetted(cell, engine, clause_id):
             raise HarnessError(engine.describe_failure())
         if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
             _not_runnable(NotRunnable(cannot_run_here(cell.connector.label, f"engine {engine.role}: {engine.error}")))
+        if refuses_platform(engine.error):  # its data path asked for a device this machine lacks
+            _not_runnable(NotRunnable(f"{cell.connector.label} needs a device this machine lacks: engine "
+                                      f"{engine.role} failed with {engine.error.splitlines()[0] if engine.error else ''}"))
         raise ClauseViolation(clause_id, f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
     return engine
 

@@ -23,6 +23,9 @@ import os, signal, threading, time
 __version__ = "0.0+stand-in"
 STARTED = []  # engines started in this process: a fork carries what the host had, and no more
 
+if os.environ.get("FAKE_VLLM_PRINTS"):  # vLLM 0.19's logger prints INFO lines on stdout at import
+    print("INFO 12-01 22:49:09 [importing.py:44] Triton is installed but 0 active driver(s) found", flush=True)
+
 if os.environ.get("FAKE_VLLM_THREAD"):
     threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
 
@@ -49,6 +52,8 @@ def host(tmp_path, monkeypatch):
     (fake / "vllm" / "__init__.py").write_text(textwrap.dedent(FAKE_VLLM))
     (fake / "vllm" / "config.py").write_text("class KVTransferConfig(dict):\n    pass\n")
     (fake / "vllm" / "inputs.py").write_text("class TokensPrompt(dict):\n    pass\n")
+    (fake / "vllm" / "platforms.py").write_text("class CpuPlatform:\n    device_type = 'cpu'\n\n\n"
+                                                "current_platform = CpuPlatform()\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
     engine_host = EngineHost(sys.executable, tmp_path / "host.log", ready_timeout_s=60)
     yield engine_host
@@ -91,3 +96,22 @@ def test_a_host_that_would_fork_threads_hands_engines_to_fresh_processes(host, t
     run = _run(host, tmp_path, "fresh")
     assert "Python threads in the host: forking it is unsafe" in host.describe()["failed"]
     assert "engines started in this process: 1" in run.error  # still run, as a process of its own
+
+
+def test_what_an_import_prints_on_stdout_does_not_break_the_protocol(host, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_PRINTS", "1")
+    run = _run(host, tmp_path, "engine0")
+    assert "engines started in this process: 1," in run.error, run.error
+    assert host.describe()["ready_s"] is not None and "failed" not in host.describe()
+    assert "Triton is installed" in (tmp_path / "host.log").read_text()
+
+
+def test_a_host_whose_forks_cannot_use_cuda_hands_engines_to_fresh_processes(host, tmp_path, monkeypatch):
+    # A torch that marks every fork bad, as PyPI's CUDA build does once vLLM's import asked for a device.
+    fake = tmp_path / "bad-fork" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("class _C:\n    _cuda_isInBadFork = staticmethod(lambda: True)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake.parent), os.environ["PYTHONPATH"]]))
+    run = _run(host, tmp_path, "fresh")
+    assert "made CUDA unusable in the host's forks" in host.describe()["failed"]
+    assert "engines started in this process: 1" in run.error

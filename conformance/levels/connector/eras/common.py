@@ -12,6 +12,8 @@ from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 import torch
 
+from conformance.levels.releases import engine_settings
+
 
 class HookEra:
     """The era-independent half of ``Era``; subclasses add ``layouts``, ``_set_layout`` and ``allocate``."""
@@ -42,9 +44,14 @@ class HookEra:
         with _long_prompts_allowed(longest is not None):
             model_config = ModelConfig(model=model, seed=0, **embeds,
                                        **({"max_model_len": longest} if longest else {}))
+        settings = {"enable_chunked_prefill": True, "enable_prefix_caching": True}
+        for rule in engine_settings(self.vllm_version, "cpu", kv_cache_dtype):  # what this release requires
+            settings.update(rule["settings"])
         scheduler_config = SchedulerConfig(**knobs, max_model_len=model_config.max_model_len,
-                                           enable_chunked_prefill=True, is_encoder_decoder=False)
-        cache_config = CacheConfig(block_size=block_size, cache_dtype=kv_cache_dtype, enable_prefix_caching=True)
+                                           enable_chunked_prefill=settings["enable_chunked_prefill"],
+                                           is_encoder_decoder=False)
+        cache_config = CacheConfig(block_size=block_size, cache_dtype=kv_cache_dtype,
+                                   enable_prefix_caching=settings["enable_prefix_caching"])
         self._set_layout(cache_config, layout)
         return VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                           cache_config=cache_config, kv_transfer_config=KVTransferConfig(**transfer),
