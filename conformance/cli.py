@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
                                            "results) into matrix.json, matrix.md, index.html")
     report.add_argument("results_dir", type=Path, metavar="RESULTS_DIR|MATRIX.json")
     report.add_argument("--out", type=Path, default=None, help="default: RESULTS_DIR/report, or beside MATRIX.json")
+    report.add_argument("--add", type=Path, action="append", default=[], metavar="RESULTS_DIR",
+                        help="with MATRIX.json: the cells of RESULTS_DIR join it, replacing its cells of the same "
+                             "id (cells run elsewhere, e.g. one CI job per cell; repeatable)")
 
     sub.add_parser("clauses", help="list the clauses and what each promises")
 
@@ -206,7 +209,17 @@ def _report(args: argparse.Namespace) -> int:
             print(f"kvconform: {source} is not a matrix.json kvconform wrote: {exc}", file=sys.stderr)
             return 2
         out = args.out or source.parent
+        for added in args.add:
+            fresh = report.matrix_document(report.load_results(added))["cells"]
+            if not fresh:  # a typo in a path must not re-render the report as if nothing were missing
+                print(f"kvconform: {added} holds no cell results to add", file=sys.stderr)
+                return 2
+            ids = {c["id"] for c in fresh}
+            cells = [c for c in cells if c.get("id") not in ids] + fresh
         rendered = report.write_report(report.derive({"schema": matrix.get("schema"), "cells": cells}), out)
+    elif args.add:
+        print("kvconform: --add joins results to a published MATRIX.json, not to a results dir", file=sys.stderr)
+        return 2
     else:
         out = args.out or source / "report"
         rendered = report.render(source, out)

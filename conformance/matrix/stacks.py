@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from conformance.matrix.definition import Stack
+from conformance.util.devices import nvidia_gpu
 from conformance.verdict.results import package_versions
 
 PLATFORM = "cpu"  # the platform kvconform provisions venvs for (torch from constraints/cpu.txt)
@@ -120,9 +121,8 @@ def requirements(stack: Stack, platform: str = PLATFORM) -> tuple[str, ...]:
 
 def machine_platforms() -> dict[str, str | None]:
     """Each platform a tier may ask for -> None when this machine has it, else why it does not."""
-    nvidia = Path("/proc/driver/nvidia/version").exists() or shutil.which("nvidia-smi") is not None
     return {PLATFORM: None,
-            "cuda": None if nvidia else "this machine has no NVIDIA GPU (no /proc/driver/nvidia/version, "
+            "cuda": None if nvidia_gpu() else "this machine has no NVIDIA GPU (no /proc/driver/nvidia/version, "
                                         "no nvidia-smi)"}
 
 

@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from conformance.levels.engine import child
+from conformance.util.devices import nvidia_gpu
 
 # What an engine imports after ``from vllm import LLM``: the engine core, the CPU worker and model
 # runner, the sampler and loader, LoRA, the connector factory, torch's compiler (vLLM compiles its
@@ -87,6 +88,18 @@ def _cuda_unusable_in_forks() -> bool:
     os.close(read)
     os.waitpid(pid, 0)
     return answer == b"1"
+
+
+def refusal() -> str | None:
+    """Why this host must not fork engines after its imports, or None."""
+    threads = _threads()
+    if threads > 1:  # a lock another thread holds at the fork stays held in the child forever
+        return f"importing vLLM left {threads} Python threads in the host: forking it is unsafe"
+    # Without an NVIDIA GPU no engine can use CUDA, forked or not (a connector that asks for it is
+    # Not runnable either way); with one, a bad fork would take it from the engines.
+    if nvidia_gpu() and _cuda_unusable_in_forks():
+        return "importing vLLM made CUDA unusable in the host's forks (torch's bad fork)"
+    return None
 
 
 def _say(message: dict[str, Any]) -> None:
@@ -153,12 +166,9 @@ def main() -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, terminated)
-    threads = _threads()
-    if threads > 1:  # a lock another thread holds at the fork stays held in the child forever
-        _say({"ready": False, "why": f"importing vLLM left {threads} Python threads in the host: forking it is unsafe"})
-        os._exit(0)
-    if _cuda_unusable_in_forks():
-        _say({"ready": False, "why": "importing vLLM made CUDA unusable in the host's forks (torch's bad fork)"})
+    why = refusal()
+    if why:
+        _say({"ready": False, "why": why})
         os._exit(0)
     _say({"ready": True, "import_s": round(time.perf_counter() - started, 2), "preloaded": len(preloaded)})
     pending = b""

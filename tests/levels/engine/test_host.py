@@ -16,6 +16,7 @@ import textwrap
 import pytest
 
 from conformance.levels.engine.launch import EngineHost, run_engine
+from conformance.util.devices import nvidia_gpu
 
 FAKE_VLLM = '''
 import os, signal, threading, time
@@ -106,12 +107,32 @@ def test_what_an_import_prints_on_stdout_does_not_break_the_protocol(host, tmp_p
     assert "Triton is installed" in (tmp_path / "host.log").read_text()
 
 
-def test_a_host_whose_forks_cannot_use_cuda_hands_engines_to_fresh_processes(host, tmp_path, monkeypatch):
-    # A torch that marks every fork bad, as PyPI's CUDA build does once vLLM's import asked for a device.
+def _bad_fork_torch(tmp_path):
+    """A torch that marks every fork bad, as PyPI's CUDA build does once vLLM's import asked for a device."""
     fake = tmp_path / "bad-fork" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("class _C:\n    _cuda_isInBadFork = staticmethod(lambda: True)\n")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake.parent), os.environ["PYTHONPATH"]]))
-    run = _run(host, tmp_path, "fresh")
-    assert "made CUDA unusable in the host's forks" in host.describe()["failed"]
-    assert "engines started in this process: 1" in run.error
+    return fake.parent
+
+
+@pytest.mark.skipif(nvidia_gpu(), reason="a machine without an NVIDIA GPU")
+def test_without_a_gpu_a_host_whose_forks_cannot_use_cuda_still_forks(host, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(_bad_fork_torch(tmp_path)), os.environ["PYTHONPATH"]]))
+    run = _run(host, tmp_path, "hosted")
+    assert "failed" not in host.describe() and "engines started in this process: 1," in run.error
+
+
+def test_with_a_gpu_a_host_whose_forks_cannot_use_cuda_refuses(tmp_path, monkeypatch):
+    import importlib.util
+
+    from conformance.levels.engine import host as engine_host
+
+    spec = importlib.util.spec_from_file_location("torch", _bad_fork_torch(tmp_path) / "torch" / "__init__.py")
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(engine_host, "nvidia_gpu", lambda: True)
+    monkeypatch.setattr(engine_host, "_threads", lambda: 1)
+    assert engine_host.refusal() == "importing vLLM made CUDA unusable in the host's forks (torch's bad fork)"
+    monkeypatch.setattr(engine_host, "nvidia_gpu", lambda: False)
+    assert engine_host.refusal() is None
