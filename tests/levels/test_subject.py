@@ -91,6 +91,9 @@ def test_a_subclass_is_not_taken_for_its_base_by_name():
     ("Exception: CPU Offloading is currently only supported on CUDA-alike and XPU GPUs", True),  # vLLM 0.32
     ("RuntimeError: Found no NVIDIA driver on your system", True),
     ("AssertionError: Torch not compiled with CUDA enabled", True),
+    # A clause's forked process (or a forked engine) after vLLM's import asked PyPI's CUDA torch for a device.
+    ("RuntimeError: Cannot re-initialize CUDA in forked subprocess. To use CUDA with multiprocessing, you must "
+     "use the 'spawn' start method", True),
     ("RuntimeError: Index put requires the source and destination dtypes match", False),
     ("ValueError: block_size 16 is not supported; requires a multiple of 32", False),
     ("KeyError: 'model.layers.0.self_attn.attn'", False),

