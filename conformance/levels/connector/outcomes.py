@@ -9,12 +9,9 @@ from typing import Iterator
 
 import pytest
 from hypothesis import reject
-from hypothesis.control import currently_in_test_context
 
 from conformance.levels.connector.harness import (
-    FELL_BACK,
     ConnectorRaised,
-    DtypeFallback,
     LayoutRefused,
     NegativeClaim,
     NotBuilt,
@@ -23,7 +20,6 @@ from conformance.levels.connector.harness import (
     Run,
     built_here,
 )
-from conformance.levels.connector.scenarios import axis_dtypes
 from conformance.levels.subject import cannot_run_here, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
@@ -41,10 +37,6 @@ def connector_faults_fail(clause_id: str, context: str = "",
         raise
     except LayoutRefused:
         reject()  # a layout this connector declines up front is not one vLLM would give it
-    except DtypeFallback as exc:
-        if currently_in_test_context() and set(axis_dtypes()) - FELL_BACK:
-            reject()  # a drawn dtype vLLM runs as another here: the axis's other dtypes are still judged
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
     except NotJudged as exc:
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
     except (PhantomHit, NegativeClaim) as exc:

