@@ -13,24 +13,13 @@ from typing import Any, Sequence
 
 import torch
 
-from conformance.levels.connector.eras.backend_stride_order import BackendStrideOrderEra
-from conformance.levels.connector.eras.base import EraUnavailable
+from conformance.levels.connector.eras.backend_stride_order import BackendStrideOrderEra, cpu_vllm
 
 ERA = "backend-shape (vLLM 0.19)"
 
 
 def load() -> BackendShapeEra:
-    try:
-        import vllm
-        from vllm.platforms import current_platform
-        from vllm.v1.attention.selector import get_attn_backend  # noqa: F401
-        from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups  # noqa: F401
-        from vllm.v1.worker.gpu.attn_utils import _allocate_kv_cache, _reshape_kv_cache  # noqa: F401
-    except ImportError as exc:
-        raise EraUnavailable(f"{exc}") from None
-    if not current_platform.is_cpu():
-        raise EraUnavailable(f"the shim mirrors vLLM-CPU's allocation, this vLLM runs on {current_platform.device_name}")
-    return BackendShapeEra(vllm.__version__)
+    return BackendShapeEra(cpu_vllm())
 
 
 class BackendShapeEra(BackendStrideOrderEra):

@@ -26,18 +26,27 @@ _B, _N, _H, _D = 1009, 48, 3, 64
 
 def load() -> BackendStrideOrderEra:
     try:
+        from vllm.v1.kv_cache_interface import get_kv_quant_mode  # noqa: F401  (not before 0.2x: backend_shape)
+        from vllm.v1.worker.utils import AttentionGroup, prepare_kernel_block_sizes  # noqa: F401
+    except ImportError as exc:
+        raise EraUnavailable(f"{exc}") from None
+    return BackendStrideOrderEra(cpu_vllm())
+
+
+def cpu_vllm() -> str:
+    """The version of the installed vLLM, which must have the backend-era allocator and run on the
+    CPU (the shims mirror vLLM-CPU's allocation); EraUnavailable otherwise."""
+    try:
         import vllm
         from vllm.platforms import current_platform
         from vllm.v1.attention.selector import get_attn_backend  # noqa: F401
         from vllm.v1.core.kv_cache_utils import get_kv_cache_config_from_groups  # noqa: F401
-        from vllm.v1.kv_cache_interface import get_kv_quant_mode  # noqa: F401  (not before 0.2x: backend_shape)
         from vllm.v1.worker.gpu.attn_utils import _allocate_kv_cache, _reshape_kv_cache  # noqa: F401
-        from vllm.v1.worker.utils import AttentionGroup, prepare_kernel_block_sizes  # noqa: F401
     except ImportError as exc:
         raise EraUnavailable(f"{exc}") from None
     if not current_platform.is_cpu():
         raise EraUnavailable(f"the shim mirrors vLLM-CPU's allocation, this vLLM runs on {current_platform.device_name}")
-    return BackendStrideOrderEra(vllm.__version__)
+    return str(vllm.__version__)
 
 
 def layout_name(backend: Any) -> str:
