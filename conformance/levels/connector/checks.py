@@ -12,7 +12,7 @@ from typing import Iterable
 import torch
 
 from conformance.levels.connector.harness import Run
-from conformance.levels.connector.slots import token_rows, views_over
+from conformance.levels.connector.slots import by_block, token_rows, views_over
 
 MAX_REPORTED = 3
 NULL_BLOCK = 0  # vLLM's null block: never a request's KV (a sliding window's slot outside the window)
@@ -77,8 +77,8 @@ def changed_blocks(run: Run, blocks: Iterable[int]) -> list[str]:
     before = views_over(run.caches, run.before)
     problems = []
     for layer, view in run.caches.items():
-        was = before[layer][index].contiguous().view(torch.uint8).reshape(len(ids), -1)
-        now = view[index].contiguous().view(torch.uint8).reshape(len(ids), -1)
+        was = by_block(before[layer])[index].contiguous().view(torch.uint8).reshape(len(ids), -1)
+        now = by_block(view)[index].contiguous().view(torch.uint8).reshape(len(ids), -1)
         bad = [ids[i] for i in (was != now).any(dim=1).nonzero().flatten().tolist()]
         if bad:
             problems.append(f"{layer}: block(s) {bad[:8]} changed")

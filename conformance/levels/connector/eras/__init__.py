@@ -14,10 +14,10 @@ __all__ = ["Era", "EraUnavailable", "select_era"]
 
 def select_era() -> Era:
     """The era of the installed vLLM; EraUnavailable names what is missing for every era."""
-    from conformance.levels.connector.eras import backend_shape, backend_stride_order, layout_enum
+    from conformance.levels.connector.eras import backend_stride_order, layout_enum
 
     reasons = []
-    for module in (layout_enum, backend_stride_order, backend_shape):
+    for module in (layout_enum, backend_stride_order):
         try:
             return module.load()
         except EraUnavailable as exc:
