@@ -116,6 +116,7 @@ class Expectation(Condition):
 
     clauses: tuple[str, ...]
     reason: str
+    intermittent: bool = False  # may Pass or Fail (vLLM itself not reproducible there): never red
 
 
 @dataclass(frozen=True)
@@ -171,11 +172,12 @@ class Matrix:
         return replace(cell, name=f"{cell.name}@{stack}", coordinates={**cell.coordinates, **s.coordinates}, stack=s)
 
     def _expect(self, cell: Cell) -> Cell:
-        expected = dict(cell.expected_failures)
+        expected, intermittent = dict(cell.expected_failures), dict(cell.intermittent)
         for e in self.expectations:
             if e.matches(cell.coordinates):
-                expected.update({c: e.reason for c in e.clauses if CLAUSES[c].level == cell.level})
-        return replace(cell, expected_failures=expected)
+                (intermittent if e.intermittent else expected).update(
+                    {c: e.reason for c in e.clauses if CLAUSES[c].level == cell.level})
+        return replace(cell, expected_failures=expected, intermittent=intermittent)
 
 
 def _tier_for(tier: Tier, entry: Mapping[str, Any]) -> Tier:
@@ -317,10 +319,12 @@ def load(path: Path) -> Matrix:
     expectations = []
     for i, spec in enumerate(data.get("expectations") or []):
         where = f"expectations[{i}]"
-        _keys(spec, path, where, {"when", "clauses", "reason", "link"}, {"when", "clauses", "reason"})
+        _keys(spec, path, where, {"when", "clauses", "reason", "link", "intermittent"}, {"when", "clauses", "reason"})
         for j, c in enumerate(spec["clauses"]):
             _expect(c in CLAUSES, path, f"{where}.clauses[{j}]", f"a clause id, got {c!r}")
-        expectations.append(Expectation(_when(spec, path, where), tuple(spec["clauses"]), spec["reason"]))
+        _expect(isinstance(spec.get("intermittent", False), bool), path, f"{where}.intermittent", "true or false")
+        expectations.append(Expectation(_when(spec, path, where), tuple(spec["clauses"]), spec["reason"],
+                                        bool(spec.get("intermittent", False))))
     exclusions = []
     for i, spec in enumerate(data.get("exclusions") or []):
         where = f"exclusions[{i}]"

@@ -159,7 +159,8 @@ def _uniform_document(cell: Cell, status: Status, message: str) -> ResultsDocume
 def apply_expectations(doc: ResultsDocument, cell: Cell) -> None:
     """Known failures become XFail; a known failure that passed becomes XPass (a stale expectation).
 
-    An intermittent one (may pass, may fail) becomes XFail when it fails and stays Pass otherwise.
+    An intermittent one (may pass, may fail) becomes XFail when it fails and stays Pass otherwise;
+    a clause that is also a known failure is judged as the known failure.
     The status the suite gave is kept as ``raw_status``, so the expectations matrix.yaml has *now*
     can be applied again to a kept result (an edited expectation needs no rerun).
     """
@@ -170,7 +171,7 @@ def apply_expectations(doc: ResultsDocument, cell: Cell) -> None:
             test["message"] = test.pop("raw_message")
         test.pop("expected", None)
         maybe = cell.intermittent.get(test["clause"])
-        if maybe is not None and raw == Status.FAIL.value:
+        if maybe is not None and raw == Status.FAIL.value and test["clause"] not in cell.expected_failures:
             test["status"], test["expected"] = Status.XFAIL.value, maybe
             continue
         reason = cell.expected_failures.get(test["clause"])

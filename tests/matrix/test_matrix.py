@@ -535,3 +535,18 @@ def test_a_multiconnector_cell_names_its_children():
     assert connector_label("MultiConnector", children) == "MultiConnector(LMCacheMPConnector+ExampleConnector)"
     assert connector_label("MultiConnector", None) == "MultiConnector"
     assert connector_label("ExampleConnector", children) == "ExampleConnector"
+
+
+def test_an_intermittent_expectation_from_matrix_yaml_never_turns_red_and_yields_to_a_known_failure(tmp_path):
+    text = STACKS + """expectations:
+  - {when: {vllm: "0.28.0"}, intermittent: true, clauses: [engine_store_then_load, engine_cache_salt], reason: vllm}
+  - {when: {vllm: "0.28.0"}, clauses: [engine_cache_salt], reason: keyed by tokens}
+"""
+    cell = {c.name: c for c in matrix.load(write(tmp_path, text)).cells("quick")}["ex-qwen3-tiny-auto@v28"]
+    assert cell.intermittent == {"engine_store_then_load": "vllm", "engine_cache_salt": "vllm"}
+    doc = _doc({"engine_store_then_load": "Fail", "engine_cache_salt": "Pass"})
+    runner.apply_expectations(doc, cell)
+    assert {t["clause"]: t["status"] for t in doc["tests"]} == {"engine_store_then_load": "XFail",
+                                                                 "engine_cache_salt": "XPass"}
+    with pytest.raises(MatrixError, match="intermittent: expected true or false"):
+        matrix.load(write(tmp_path, text.replace("intermittent: true", "intermittent: sometimes")))
