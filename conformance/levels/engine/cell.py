@@ -288,7 +288,7 @@ class EngineCell:
         engine = self.run(role)
         dtype = self.twin_dtype if role == "twin_baseline" else self.kv_cache_dtype
         if not engine.ok:
-            if engine.timed_out:
+            if engine.suite_error:
                 raise HarnessError(engine.describe_failure())
             raise NotRunnable(f"vLLM cannot run {self.model.name} with kv_cache_dtype={dtype} here: {engine.error}")
         resolved = (engine.result.get("resolved") or {}).get("cache_dtype")

@@ -181,6 +181,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["engine_settings"] = engine_settings(result["vllm_version"], _device_type(), spec["kv_cache_dtype"])
     for rule in result["engine_settings"]:  # what this vLLM release requires of the cell
         kwargs.update(rule["settings"])
+        os.environ.update(rule["environment"])  # vLLM reads its environment when it builds the engine
     t = time.perf_counter()
     heard = _Heard()
     logging.getLogger("vllm").addHandler(heard)

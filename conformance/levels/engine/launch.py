@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -32,6 +33,12 @@ class EngineRun:
     log_tail: str = ""
     wall_s: float = 0.0
     timed_out: bool = False  # killed at its deadline: the suite's Error, not the connector's verdict
+    killed: bool = False  # SIGKILL the suite did not send (the kernel's OOM killer): an Error too
+
+    @property
+    def suite_error(self) -> bool:
+        """The engine ended for a reason that says nothing about the connector."""
+        return self.timed_out or self.killed
 
     def requests(self, batch: str) -> list[dict[str, Any]]:
         return [r for r in self.result.get("requests", []) if r["batch"] == batch]
@@ -112,6 +119,10 @@ def _ended(proc: Any, paths: tuple[Path, Path, Path], role: str, started: float,
     try:
         result = json.loads(paths[1].read_text())
     except (OSError, ValueError):
+        if proc.returncode == -signal.SIGKILL:  # the suite kills only at a deadline (timed_out, above)
+            return EngineRun(role, False, error="killed by a SIGKILL the suite did not send (the kernel's OOM "
+                                                "killer, most likely: see dmesg), without a result",
+                             log_tail=tail, wall_s=wall, killed=True)
         return EngineRun(role, False, error=f"exited {proc.returncode} without a result (crashed)",
                          log_tail=tail, wall_s=wall)
     return EngineRun(role, bool(result.get("ok")), result, result.get("error", ""), tail, wall)

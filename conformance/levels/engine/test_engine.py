@@ -64,7 +64,7 @@ def _vetted(cell, engine, clause_id):
     """``engine``'s run, if it ran: one that could not start with the connector is Not runnable, one
     killed at its deadline an Error, any other failure the connector's (Fail, with the engine's log)."""
     if not engine.ok:
-        if engine.timed_out:
+        if engine.suite_error:
             raise HarnessError(engine.describe_failure())
         if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
             _not_runnable(NotRunnable(cannot_run_here(cell.connector.label, f"engine {engine.role}: {engine.error}")))
@@ -269,7 +269,7 @@ def _after_loss(cell, role):
         engine = cell.run(role)
     except NotRunnable as exc:
         _not_runnable(exc)
-    if not engine.ok and engine.timed_out:
+    if not engine.ok and engine.suite_error:
         raise HarnessError(engine.describe_failure())
     return base, engine
 

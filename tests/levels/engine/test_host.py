@@ -36,6 +36,8 @@ class LLM:
         STARTED.append(model)
         if model == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
+        if model == "oom":  # what the kernel's OOM killer does
+            os.kill(os.getpid(), signal.SIGKILL)
         if model == "hang":
             time.sleep(3600)
         raise RuntimeError(f"engine {model}: engines started in this process: {len(STARTED)}, pid {os.getpid()}")
@@ -136,3 +138,10 @@ def test_with_a_gpu_a_host_whose_forks_cannot_use_cuda_refuses(tmp_path, monkeyp
     assert engine_host.refusal() == "importing vLLM made CUDA unusable in the host's forks (torch's bad fork)"
     monkeypatch.setattr(engine_host, "nvidia_gpu", lambda: False)
     assert engine_host.refusal() is None
+
+
+def test_an_engine_killed_by_a_sigkill_the_suite_did_not_send_is_the_suites_error(host, tmp_path):
+    killed = _run(host, tmp_path, "oom")
+    assert not killed.ok and killed.killed and killed.suite_error and not killed.timed_out
+    assert "SIGKILL the suite did not send (the kernel's OOM killer" in killed.error
+    assert not _run(host, tmp_path, "crash").suite_error  # a crash is the connector's to answer for
