@@ -75,6 +75,7 @@ class Cell:
     expected_failures: Mapping[str, str] = field(default_factory=dict)  # clause -> reason
     intermittent: Mapping[str, str] = field(default_factory=dict)  # may Pass or Fail: clause -> reason
     stack: Stack | None = None  # None: the runner's own Python, whatever it has installed
+    headline: str | None = None  # a matrix.yaml headline this cell answers: the report gives it its own row
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -120,6 +121,14 @@ class Expectation(Condition):
 
 
 @dataclass(frozen=True)
+class Headline(Condition):
+    """A question the matrix exists to answer (the reported failure's triple): the cells whose
+    coordinates match ``when`` get a row of their own above the report's grids, titled ``title``."""
+
+    title: str
+
+
+@dataclass(frozen=True)
 class Exclusion(Condition):
     """Cells not to run, and why: they are still reported (every clause Skip, with the reason)."""
 
@@ -137,6 +146,7 @@ class Matrix:
     stacks: Mapping[str, Stack] = field(default_factory=dict)
     default_stack: str | None = None  # what `nox -s quick` installs into the runner's own venv
     exclusions: tuple[Exclusion, ...] = ()
+    headlines: tuple[Headline, ...] = ()
 
     def cells(self, tier: str) -> list[Cell]:
         """The cells ``tier`` runs, in matrix order (excluded ones left out)."""
@@ -177,7 +187,8 @@ class Matrix:
             if e.matches(cell.coordinates):
                 (intermittent if e.intermittent else expected).update(
                     {c: e.reason for c in e.clauses if CLAUSES[c].level == cell.level})
-        return replace(cell, expected_failures=expected, intermittent=intermittent)
+        headline = next((h.title for h in self.headlines if h.matches(cell.coordinates)), None)
+        return replace(cell, expected_failures=expected, intermittent=intermittent, headline=headline)
 
 
 def _tier_for(tier: Tier, entry: Mapping[str, Any]) -> Tier:
@@ -261,7 +272,7 @@ def load(path: Path) -> Matrix:
         where = f"line {mark.line + 1}" if mark else "?"
         raise MatrixError(f"{path}: {where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     _keys(data, path, "(top level)", {"schema", "tiers", "stacks", "default_stack", "stores", "connectors",
-                                      "expectations", "exclusions", "controls"}, {"schema", "tiers", "stores"})
+                                      "expectations", "exclusions", "headlines", "controls"}, {"schema", "tiers", "stores"})
     _expect(data["schema"] == SCHEMA, path, "schema", repr(SCHEMA))
     tiers: dict[str, Tier] = {}
     _expect(isinstance(data["tiers"], dict) and data["tiers"], path, "tiers", "a non-empty mapping")
@@ -333,11 +344,18 @@ def load(path: Path) -> Matrix:
                 "a non-empty reason (it is what the report shows for the cells left out)")
         reason = spec["reason"] + (f" ({spec['link']})" if spec.get("link") else "")
         exclusions.append(Exclusion(_when(spec, path, where), reason))
+    headlines = []
+    for i, spec in enumerate(data.get("headlines") or []):
+        where = f"headlines[{i}]"
+        _keys(spec, path, where, {"when", "title"}, {"when", "title"})
+        _expect(isinstance(spec["title"], str) and spec["title"].strip(), path, f"{where}.title",
+                "a non-empty title (the report's row for the matching cells)")
+        headlines.append(Headline(_when(spec, path, where), spec["title"].strip()))
     controls = data.get("controls") or {"tiers": []}
     _keys(controls, path, "controls", {"tiers"}, {"tiers"})
     return Matrix(path, tiers, stores, connectors, tuple(expectations),
                   _tier_list(controls["tiers"], tiers, path, "controls.tiers"), stacks, default_stack,
-                  tuple(exclusions))
+                  tuple(exclusions), tuple(headlines))
 
 
 def _when(spec: Mapping[str, Any], path: Path, where: str) -> dict[str, tuple[str, ...]]:

@@ -106,6 +106,8 @@ def _cell_record(cell: Cell, stack: dict[str, Any] | None, command: str | None, 
     """What a result says of its cell: where it sits in the matrix, what ran it, how long it took."""
     record: CellInfo = {"id": cell.id, "name": cell.name, "level": cell.level, "coordinates": dict(cell.coordinates),
                         "tier": cell.tier.name, "stack": stack, "command": command, "wall_s": round(wall_s, 2)}
+    if cell.headline:
+        record["headline"] = cell.headline
     if not ran:
         record["ran"] = False
     if excluded is not None:

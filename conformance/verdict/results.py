@@ -62,6 +62,7 @@ class CellInfo(TypedDict, total=False):
     wall_s: float | None
     ran: bool  # False: no pytest ran (not runnable here, or excluded)
     excluded: str  # why the matrix excludes the cell
+    headline: str  # the matrix.yaml headline the cell answers (its own row in the report)
 
 
 class ResultsDocument(TypedDict, total=False):
