@@ -121,11 +121,14 @@ def prefill(timings: dict[str, Any]) -> dict[str, Any] | None:
 
 
 _HOME = str(Path.home())
+_SITE_PACKAGES = re.compile(r"[^\s'\"()\[\],;]*/lib/python3\.\d+/site-packages/")
 
 
 def portable(text: str) -> str:
     """``text`` without the paths of the machine that ran it: the checkout is ``.``, the home ``~``,
-    temporary directories ``<tmp>``."""
+    temporary directories ``<tmp>``, any venv's installed packages ``<site-packages>`` (a stack's
+    traceback names vLLM's file, not where that machine keeps its venvs)."""
+    text = _SITE_PACKAGES.sub("<site-packages>/", text)
     text = text.replace(str(Path.cwd()) + "/", "./").replace(str(Path.cwd()), ".")
     text = re.sub(r"/tmp/[^\s'\"\],;)]*", "<tmp>", text)
     return text.replace(_HOME + "/", "~/") if _HOME not in ("/", "") else text

@@ -447,3 +447,13 @@ def test_the_published_full_report_answers_from_its_first_screen(tmp_path, chrom
     assert in_view(chromium, "#grid") and in_view(chromium, "#tabs")
     assert "vLLM 0.30.0" in chromium.js("document.querySelector('#grid tr').innerText")
     assert chromium.js("document.querySelector('#answer .notes li').getBoundingClientRect().top < innerHeight")
+
+
+def test_no_path_of_the_machine_that_ran_a_cell_reaches_its_report():
+    """A stack's traceback names vLLM's own file; where that machine keeps its venvs, its checkout
+    or its temporary directories is nobody's business."""
+    text = ('File "/work/stacks/vllm-0.19.1/lib/python3.11/site-packages/vllm/v1/worker.py", line 3\n'
+            f"from '{Path.cwd()}/.kvconform/stacks/vllm-0.28.0/lib/python3.12/site-packages/vllm/fa_utils.py'"
+            f" in {Path.cwd()}/conformance/x.py under /tmp/pytest-of-root/x")
+    assert report.portable(text) == ('File "<site-packages>/vllm/v1/worker.py", line 3\n'
+                                     "from '<site-packages>/vllm/fa_utils.py' in ./conformance/x.py under <tmp>")
