@@ -238,7 +238,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("engine_format_isolation", _ENGINE,
            "an engine of another kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the same "
            "storage misses or refuses cleanly: never served the other format's bytes, never crashes",
-           requires=_ACROSS),
+           requires=_ACROSS, needs_load=True),
     Clause("engine_block_boundaries", _ENGINE,
            "prompts one short of, at, and one past block multiples, and a prompt extending a "
            "stored prefix, load bit-identically",

@@ -246,6 +246,11 @@ def test_engine_format_isolation(cell):
         _identical(cell, twin, twin_base, ["extends", "boundaries", "concurrent"], "engine_format_isolation",
                    f"an engine with kv_cache_dtype={cell.twin_dtype} was served {hits:g} tokens of KV "
                    f"written with kv_cache_dtype={cell.kv_cache_dtype}; its output")
+    else:
+        # The twin's miss proves isolation only where the same format loads: a connector that loads
+        # nothing misses for every format (Not exercised, never a Pass).
+        same = cell.run("load")
+        count_load(external_hits(same) if same.ok else 0)
 
 
 @clause("engine_block_boundaries")
