@@ -112,7 +112,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("api_format_isolation", _CONNECTOR,
            "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
            "same storage loads nothing or reports the load failed: never the other format's bytes",
-           requires=_ACROSS),
+           requires=_ACROSS, needs_load=True),
     Clause("api_cache_salt", _CONNECTOR,
            "a prompt stored under one cache_salt is never claimed for a request with another salt or "
            "none (one tenant is never served another's KV); the same salt still loads",
