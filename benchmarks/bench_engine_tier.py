@@ -7,7 +7,7 @@ engines were started and how many times vLLM was imported (once per cell with an
 each engine's process wall time and vLLM start time.
 
     python benchmarks/bench_engine_tier.py [--cell ExampleConnector,auto,persistent ...] [--engine-python PY]
-        [--engine-start host|fresh]
+        [--engine-start host|fresh] [--engine-lanes 1|2]
 
 A cell is ``CONNECTOR,KV_CACHE_DTYPE[,CAPABILITIES[,MODEL]]`` (capabilities as
 ``--kv-connector-capabilities`` takes them, ``+``-separated; the model recipe, default qwen3-tiny):
@@ -28,7 +28,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def run_cell(connector: str, dtype: str, capabilities: str, model: str, python: str, engine_start: str) -> dict:
+def run_cell(connector: str, dtype: str, capabilities: str, model: str, python: str, engine_start: str,
+             lanes: int = 1) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         started = time.monotonic()
@@ -36,13 +37,14 @@ def run_cell(connector: str, dtype: str, capabilities: str, model: str, python: 
                         f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}", f"--kv-engine-python={python}",
                         f"--kv-connector-capabilities={capabilities.replace('+', ',')}", "--kv-levels=engine",
                         f"--kv-model={model or 'qwen3-tiny'}", f"--kv-engine-start={engine_start}",
+                        f"--kv-engine-lanes={lanes}",
                         f"--kv-results={out}", f"--basetemp={tmp}/base"], cwd=HERE.parent, capture_output=True)
         wall = time.monotonic() - started
         doc = json.loads(out.read_text())
     timings = doc["connector"]["engine_timings"]
     engines = {k: v for k, v in timings.items() if isinstance(v, dict) and "wall_s" in v}
     return {"connector": connector, "kv_cache_dtype": dtype, "capabilities": capabilities,
-            "model": model or "qwen3-tiny", "engine_start": engine_start,
+            "model": model or "qwen3-tiny", "engine_start": engine_start, "lanes": timings.get("lanes", 1),
             "time_to_verdict_s": round(wall, 1),
             "engine_starts": len(engines), "vllm_imports": timings.get("vllm_imports"),
             "engine_host": timings.get("engine_host"), "engines": engines,
@@ -54,7 +56,7 @@ def run_cell(connector: str, dtype: str, capabilities: str, model: str, python: 
 def _key(row: dict) -> tuple[str, ...]:
     # A row from before the engine host started every engine as a fresh process.
     return (row["connector"], row["kv_cache_dtype"], row["capabilities"], row.get("model", "qwen3-tiny"),
-            row.get("engine_start", "fresh"))
+            row.get("engine_start", "fresh"), row.get("lanes", 1))
 
 
 def main() -> None:
@@ -63,19 +65,23 @@ def main() -> None:
     parser.add_argument("--engine-python", default=sys.executable)
     parser.add_argument("--engine-start", choices=["host", "fresh"], default="host",
                         help="as --kv-engine-start: engines forked from one host per cell, or fresh processes")
+    parser.add_argument("--engine-lanes", type=int, choices=[1, 2], default=1,
+                        help="as --kv-engine-lanes: one engine at a time, or the independent roles on a second lane")
     args = parser.parse_args()
     cells = args.cell or ["ExampleConnector,auto,persistent", "ExampleConnector,fp8_e5m2,persistent",
                           "LMCacheMPConnector,auto,persistent", "LMCacheMPConnector,fp8_e5m2,persistent",
                           "conformance.zoo.good.in_engine:InEngineConnector,auto", "DecodeBenchConnector,auto",
                           "NixlConnector,auto,pd", "NixlConnector,auto,pd+hma,gemma3-hybrid-tiny"]
-    rows = [run_cell(*(c.split(",") + ["", ""])[:4], args.engine_python, args.engine_start) for c in cells]
+    rows = [run_cell(*(c.split(",") + ["", ""])[:4], args.engine_python, args.engine_start, args.engine_lanes)
+            for c in cells]
     path = HERE / "results" / "engine_tier.json"
     kept = json.loads(path.read_text()) if path.is_file() else []
     ran = {_key(r) for r in rows}
     path.write_text(json.dumps([r for r in kept if _key(r) not in ran] + rows, indent=2) + "\n")
     for r in rows:
         print(f"{r['connector'][-32:]:<32} {r['kv_cache_dtype']:<9} {r['time_to_verdict_s']:>7}s to verdict, "
-              f"{r['engine_starts']} engine starts, {r['vllm_imports']} vLLM imports ({r['engine_start']})")
+              f"{r['engine_starts']} engine starts, {r['vllm_imports']} vLLM imports ({r['engine_start']}, "
+              f"{r['lanes']} lane(s))")
     print(f"written to {path.relative_to(HERE.parent)}")
 
 

@@ -60,16 +60,21 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
     from conformance.levels.engine.baselines import BaselineStore
     from conformance.levels.engine.cell import EngineCell
+    from conformance.verdict.clauses import clause_of, disabled_reason
 
     opt = request.config.getoption
     connector = connector_choice(request.config)
     python = opt(options.ENGINE_PYTHON) or sys.executable
     shared = opt(options.ENGINE_BASELINES)
+    # The engine clauses this session runs and that apply to the connector: what a second lane may start ahead.
+    selected = {c.id for item in request.session.items if (c := clause_of(item)) is not None and c.level == "engine"
+                and disabled_reason(c, connector.applies, connector.label) is None}
     cell = EngineCell(connector=connector, model=_model_dir(opt(options.MODEL), python),
                       kv_cache_dtype=opt(options.CACHE_DTYPE), block_size=opt(options.BLOCK_SIZE),
                       workdir=tmp_path_factory.mktemp("engine"), timeout_s=opt(options.ENGINE_TIMEOUT),
                       python=python, baselines=BaselineStore(Path(shared)) if shared else None,
-                      hosted=opt(options.ENGINE_START) == "host")
+                      hosted=opt(options.ENGINE_START) == "host", lanes=opt(options.ENGINE_LANES),
+                      clauses=selected)
     yield cell
     cell.close()
     request.config.stash[ENGINE_TIMINGS] = cell.timings()

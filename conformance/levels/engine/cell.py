@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import math
 import random
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from conformance.contract.spec import same_width_twin
 from conformance.levels.engine.baselines import BaselineStore
@@ -75,13 +76,19 @@ NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells
 # one fails, the same engine without the connector says whether vLLM runs those settings here at all.
 OWN_SETTINGS = (LORA, "reuse_store")
 WITHOUT_CONNECTOR = "_without_connector"  # the role name of such an engine
+# Roles no other role reads or damages the storage of (nor needs, but the one after it): with two
+# lanes they run on the second, beside the rest, once the baseline has shown vLLM runs the cell.
+# Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
+# before, on first use.
+SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
+               "engine_block_reuse": REUSE_ROLES}
 NOT_STARTED = "not started: "  # a role's run after another engine of the cell hung (``_hung_run``)
 
 
 class EngineCell:
     def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
                  workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None,
-                 hosted: bool = True) -> None:
+                 hosted: bool = True, lanes: int = 1, clauses: Collection[str] = ()) -> None:
         self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
         self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
         workdir.mkdir(parents=True, exist_ok=True)
@@ -101,6 +108,12 @@ class EngineCell:
         self.lora_storage = workdir / "storage-lora"  # the LoRA engine's, cold as the same-engine one's
         self.reuse_storage = workdir / "storage-reuse"  # the block-reuse pair's
         self._world: str | None = None  # which of the two last used the server: a switch restarts it
+        # Two lanes: the SECOND_LANE roles of the clauses selected (``clauses``) run beside the rest.
+        # Not with a server the suite starts: the roles' worlds take turns on it.
+        self.lanes = lanes if self.server is None else 1
+        self._ahead_roles = list(dict.fromkeys(r for c in clauses for r in SECOND_LANE.get(c, ())))
+        self._ahead: dict[str, Future[EngineRun]] = {}
+        self._lane: ThreadPoolExecutor | None = None
 
     # -- connector infrastructure ---------------------------------------------------------------
     def _connector_extra(self, role: str) -> dict[str, Any]:
@@ -139,6 +152,8 @@ class EngineCell:
                           "(put '{storage}' where its extra config names a place, or pass --kv-storage-hook)")
 
     def close(self) -> None:
+        if self._lane is not None:  # its engines end by their own deadline at the latest
+            self._lane.shutdown(wait=True, cancel_futures=True)
         if self.host is not None:
             self.host.close()
         if self.server is not None:
@@ -218,9 +233,22 @@ class EngineCell:
         return dtype if isinstance(dtype, str) else "bfloat16"
 
     def run(self, role: str) -> EngineRun:
-        """The run of ``role``, started (after what it depends on) on first use."""
+        """The run of ``role``, started (after what it depends on) on first use, or the one the
+        second lane started ahead (waited for, raising what it raised)."""
         if role in self.runs:
             return self.runs[role]
+        ahead = self._ahead.get(role)
+        return ahead.result() if ahead is not None else self._start(role)
+
+    def _run_ahead(self) -> None:
+        """Start the second lane's roles, in order, on a thread of their own (once)."""
+        if self.lanes < 2 or self._lane is not None or not self._ahead_roles:
+            return
+        self._lane = ThreadPoolExecutor(1, thread_name_prefix="engine-lane")
+        for role in self._ahead_roles:  # each registered before any runs: never started twice
+            self._ahead[role] = self._lane.submit(self._start, role)
+
+    def _start(self, role: str) -> EngineRun:
         intact = ["store", "load", "twin_load"]
         needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact,
                  "reuse_load": ["reuse_store"],
@@ -298,7 +326,7 @@ class EngineCell:
         would wait out a deadline of its own (a connector that hangs on load hangs in every role
         that loads), and the cell's verdict would take one deadline per role. Each such role reads
         as timed out (an Error), saying which engine hung."""
-        hung = next((r for r in self.runs.values() if r.timed_out and r.role not in NO_CONNECTOR
+        hung = next((r for r in list(self.runs.values()) if r.timed_out and r.role not in NO_CONNECTOR
                      and not r.role.endswith(WITHOUT_CONNECTOR) and not r.error.startswith(NOT_STARTED)), None)
         if hung is None:
             return None
@@ -325,6 +353,8 @@ class EngineCell:
         if nan is not None:  # no reference to hold a connector's output to
             raise NotRunnable(f"vLLM's own output is not a reference here: with kv_cache_dtype={dtype} and no "
                               f"connector, its logprob at {nan} is NaN")
+        if role == "baseline":
+            self._run_ahead()
         return engine
 
     def versions(self) -> dict[str, str]:
@@ -344,7 +374,7 @@ class EngineCell:
                        **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
                 for role, r in self.runs.items()} | {
             "lmcache_server_ready_s": self.server.ready_s if self.server else None,
-            "engine_host": host, "engine_starts": len(started),
+            "engine_host": host, "engine_starts": len(started), "lanes": self.lanes,
             "vllm_imports": sum(r.result.get("imported_vllm") is True for r in started)
             + bool(host and host.get("ready_s") is not None)}
 

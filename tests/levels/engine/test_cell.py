@@ -131,3 +131,55 @@ def test_an_engine_of_settings_of_its_own_that_vllm_cannot_run_is_not_the_connec
     cell.runs[LORA + WITHOUT_CONNECTOR] = EngineRun(LORA + WITHOUT_CONNECTOR, True, {})
     with pytest.raises(pytest.skip.Exception, match="ExampleConnector declines this platform"):
         _vetted(cell, lora, "engine_lora_isolation")
+
+
+def test_a_second_lane_runs_the_roles_no_other_role_touches_beside_the_rest(tmp_path, monkeypatch):
+    """--kv-engine-lanes=2: once the baseline ran, the format twin's baseline, the LoRA engine and
+    the block-reuse pair (their own storage, needed by no other role) run in order on a second
+    lane while the scenarios go on; a role is never started twice, and one asked for early waits.
+    Roles of clauses not selected are not started; with one lane nothing runs ahead."""
+    import threading
+    import time
+
+    from conformance.levels.engine import cell as cells
+    from conformance.levels.subject import ConnectorChoice
+
+    started: list[tuple[str, str, float, float]] = []
+
+    def engine(spec, workdir, role, **_):
+        t0 = time.monotonic()
+        time.sleep(0.2)
+        started.append((role, threading.current_thread().name, t0, time.monotonic()))
+        return EngineRun(role, True, {"resolved": {"cache_dtype": spec["kv_cache_dtype"]}, "requests": []})
+
+    monkeypatch.setattr(cells, "run_engine", engine)
+    clauses = ["engine_store_then_load", "engine_format_isolation", "engine_lora_isolation", "engine_block_reuse"]
+
+    def cell(lanes, selected=clauses):
+        return cells.EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
+                                kv_cache_dtype="auto", block_size=16, workdir=tmp_path / str(lanes), timeout_s=5,
+                                python="python", hosted=False, lanes=lanes, clauses=selected)
+
+    two = cell(2)
+    two.baseline()
+    two.run("store"), two.run("load")
+    assert two.run("reuse_load").role == "reuse_load" and two.run("twin_baseline").role == "twin_baseline"
+    two.close()
+    roles = [r for r, *_ in started]
+    assert sorted(roles) == sorted(["baseline", "store", "load", "twin_baseline", cells.LORA, "reuse_store",
+                                    "reuse_load"])  # each once
+    lane = [r for r, thread, *_ in started if thread.startswith("engine-lane")]
+    assert lane == ["twin_baseline", cells.LORA, "reuse_store", "reuse_load"]
+    at = {r: (t0, t1) for r, _, t0, t1 in started}
+    assert at["twin_baseline"][0] < at["store"][1] and at["store"][0] < at["twin_baseline"][1]  # side by side
+    assert two.timings()["lanes"] == 2
+    started.clear()
+    one = cell(1)
+    one.baseline()
+    one.close()
+    assert [r for r, *_ in started] == ["baseline"]
+    started.clear()
+    few = cell(2, ["engine_store_then_load"])
+    few.baseline()
+    few.close()
+    assert [r for r, *_ in started] == ["baseline"]  # no clause of the second lane selected
