@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--engine-python", default=sys.executable)
     parser.add_argument("--engine-start", choices=["host", "fresh"], default="host",
                         help="as --kv-engine-start: engines forked from one host per cell, or fresh processes")
-    parser.add_argument("--engine-lanes", type=int, choices=[1, 2], default=1,
+    parser.add_argument("--engine-lanes", type=int, choices=[1, 2], default=2,
                         help="as --kv-engine-lanes: one engine at a time, or the independent roles on a second lane")
     args = parser.parse_args()
     cells = args.cell or ["ExampleConnector,auto,persistent", "ExampleConnector,fp8_e5m2,persistent",

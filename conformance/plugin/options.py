@@ -89,10 +89,10 @@ def add_options(parser: pytest.Parser) -> None:
     engine.addoption(ENGINE_START, default="host", choices=["host", "fresh"],
                      help="host: each engine is a process forked from one that imported vLLM once per cell "
                           "(the default); fresh: each engine is a new Python process, importing vLLM itself")
-    engine.addoption(ENGINE_LANES, type=int, default=1, choices=[1, 2], metavar="N",
-                     help="2: the roles whose storage no other role touches (the format twin's baseline, LoRA, "
-                          "block reuse) run beside the rest once the baseline ran (never with a server the "
-                          "suite starts); 1: one engine at a time")
+    engine.addoption(ENGINE_LANES, type=int, default=2, choices=[1, 2], metavar="N",
+                     help="2 (the default): the roles whose storage no other role touches (the format twin's "
+                          "baseline, LoRA, block reuse) run beside the rest once the baseline ran (never with a "
+                          "server the suite starts); 1: one engine at a time")
     engine.addoption(ENGINE_BASELINES, default=None, metavar="DIR",
                      help="share no-connector baseline runs through DIR across cells (a matrix run passes "
                           "its results' baselines/); default: every cell starts its own")

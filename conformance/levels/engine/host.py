@@ -7,12 +7,13 @@ them starts where a fresh process would be after its imports, and runs exactly w
 ``conformance.levels.engine.child`` process runs. Each child is a new process (its own KV cache,
 prefix cache, connector and module state, nothing left by an engine before it), in its own
 process group, with its output in its own log: it dies, hangs and is killed alone, and the suite
-reads its RESULT.json as before. The host itself runs no torch op (a forked child would inherit an
-OpenMP thread pool that does not survive the fork) and never imports a connector's module. Its
+reads its RESULT.json as before. The host runs one torch op, on one thread, to compile what every
+engine's first step would compile (``_compile_ahead``; a pool of OpenMP threads would not survive
+a fork, and none is started), and never imports a connector's module. Its
 protocol has an fd of its own: what an import prints on stdout goes to the host's log.
 
 Protocol, one JSON object per line. The suite writes ``{"id", "spec", "result", "log", "env"}``
-on the host's stdin. The host writes ``{"ready": true, "import_s", "preloaded"}`` once its imports
+on the host's stdin. The host writes ``{"ready": true, "import_s", "preloaded", "compiled_ahead"}`` once its imports
 are done (``{"ready": false, "why"}``, and exits, where importing them started a thread or left
 CUDA unusable in a fork),
 ``{"started": pid, "id"}`` for each child (already its own process group leader), and
@@ -57,6 +58,35 @@ def _preload() -> list[str]:
         except Exception:
             continue
     return loaded
+
+
+def _compile_ahead() -> bool:
+    """Compile, once, what vLLM torch.compiles at an engine's first step (its logprob rank count,
+    ``batched_count_greater_than``: 2.5 s of every engine otherwise, inductor's cache or not), so
+    each child forked after finds it compiled. Run on one thread, torch starts no OpenMP pool (the
+    state a fork breaks); tqdm starts no monitor thread; ``main`` checks that no thread was left."""
+    try:
+        import torch
+        import tqdm
+        from vllm.v1.sample.ops.logprobs import batched_count_greater_than
+    except Exception:  # a release without it: each engine compiles its own
+        return False
+    tqdm.tqdm.monitor_interval = 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for rows, vocab in ((1, 8), (2, 16), (3, 24)):  # both dimensions dynamic: one graph for every shape
+            batched_count_greater_than(torch.zeros(rows, vocab), torch.zeros(rows, 1))
+    except Exception:
+        return False
+    finally:
+        torch.set_num_threads(threads)
+    return True
+
+
+def _native_threads() -> int:
+    """The host's threads as the kernel counts them (an OpenMP pool included, which Python does not see)."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def _threads() -> int:
@@ -157,8 +187,11 @@ def main() -> None:
     _PROTOCOL = os.dup(1)
     os.dup2(2, 1)
     child.prepare_environment({})
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # inductor compiles in process: no worker pool
     started = time.perf_counter()
     preloaded = _preload()
+    native = _native_threads()
+    compiled = _compile_ahead()
     children: set[int] = set()
 
     def terminated(*_: Any) -> None:
@@ -167,10 +200,13 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, terminated)
     why = refusal()
+    if not why and _native_threads() > native:
+        why = f"compiling vLLM's logprob op in the host left {_native_threads() - native} more native thread(s)"
     if why:
         _say({"ready": False, "why": why})
         os._exit(0)
-    _say({"ready": True, "import_s": round(time.perf_counter() - started, 2), "preloaded": len(preloaded)})
+    _say({"ready": True, "import_s": round(time.perf_counter() - started, 2), "preloaded": len(preloaded),
+          "compiled_ahead": compiled})
     pending = b""
     while True:
         readable, _, _ = select.select([0], [], [], 0.1)
