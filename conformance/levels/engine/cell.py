@@ -5,7 +5,8 @@ scenario reads the same runs: a no-connector baseline, one engine that stores, r
 prefix cache and loads again (every connector), and for a connector whose cache outlives its
 engine: a store engine, a fresh load engine, a load engine under the format twin (plus its
 baseline), and a load engine after the storage was damaged. Runs happen on first use, in
-dependency order, and are kept with their timings; the no-connector baselines may come from a
+dependency order (with two lanes, the roles no other role touches start beside the rest once the
+baseline ran: ``SECOND_LANE``), and are kept with their timings; the no-connector baselines may come from a
 matrix run's ``BaselineStore`` instead (same spec, same Python: the same run).
 """
 
