@@ -271,19 +271,22 @@ def test_a_connector_that_declares_hma_without_supporting_it_is_flagged(run_suit
 
 
 def test_a_connector_that_hangs_on_load_costs_one_engine_deadline(run_suite):
-    """The first engine that loads through a hanging connector is killed at --kv-engine-timeout;
-    no other engine of the cell is started to wait out a deadline of its own: every clause that
-    needs one is an Error naming the engine that hung, and the cell ends within two deadlines."""
+    """The first engine that loads through a hanging connector is killed at --kv-engine-timeout
+    (with the second lane's, which hangs beside it); no engine of the cell is started after to wait
+    out a deadline of its own: every clause that needs one is an Error naming an engine that hung,
+    and the cell ends within two deadlines."""
     run = engine_suite(run_suite, "conformance.zoo.connectors.hanging:HangingConnector", "auto",
                        "--kv-engine-timeout=60")
     timings = run.results["connector"]["engine_timings"]
     connector_roles = {r: t for r, t in timings.items() if isinstance(t, dict) and "wall_s" in t
                        and r not in ("baseline", "twin_baseline")}
     waited = [r for r, t in connector_roles.items() if t["wall_s"] >= 60]
-    assert len(waited) == 1, timings
+    # At most one per lane: the second lane's first connector engine (LoRA) hangs beside the first.
+    assert 1 <= len(waited) <= timings["lanes"] == 2, timings
     errors = {t["clause"]: t["message"] for t in run.results["tests"] if t["status"] == "Error"}
-    assert f"engine {waited[0]}: did not finish within 60s (killed)" in "".join(errors.values()), errors
+    for role in waited:
+        assert f"engine {role}: did not finish within 60s (killed)" in "".join(errors.values()), errors
     others = [m for m in errors.values() if "not started" in m]
-    assert others and all(f"engine {waited[0]} of this cell, with the same connector, was killed" in m
-                          for m in others), errors
+    assert others and all(any(f"engine {role} of this cell, with the same connector, was killed" in m
+                              for role in waited) for m in others), errors
     assert not {t["clause"] for t in run.results["tests"] if t["status"] == "Fail"}, errors
