@@ -9,6 +9,7 @@ engine-driven transfer mode (without it ``register_kv_caches`` times out). Ready
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import os
 import signal
@@ -75,10 +76,10 @@ class LMCacheServer:
         raise AssertionError("unreachable")
 
     def _start_once(self) -> LMCacheServer:
-        self.port, self.http_port = procs.free_port(), procs.free_port()
+        self.port, self.http_port, prometheus = procs.free_ports(3)
         cmd = [self.python, "-m", "lmcache.v1.multiprocess.http_server", "--host", "127.0.0.1",
                "--port", str(self.port), "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
-               "--prometheus-port", str(procs.free_port()), "--chunk-size", str(self.chunk_size),
+               "--prometheus-port", str(prometheus), "--chunk-size", str(self.chunk_size),
                "--l1-size-gb", str(self.l1_size_gb), "--eviction-policy", "LRU",
                "--supported-transfer-mode", "auto"]
         started = time.monotonic()
@@ -112,7 +113,7 @@ class LMCacheServer:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/healthcheck", timeout=2) as r:
                 return r.status == 200 and json.loads(r.read()).get("status") == "healthy" and _port_open(self.port)
-        except (OSError, ValueError):
+        except (OSError, ValueError, http.client.HTTPException):  # not (yet) its HTTP server answering
             return False
 
     def stop(self, grace_s: float = 15) -> None:

@@ -4,6 +4,7 @@ group, so that nothing it spawned outlives it and holds cores or ports for the r
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -71,6 +72,18 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct such ports: each held while the next is chosen, so no two are the same (a
+    server's ZMQ and HTTP ports on one number answer its health check in ZMQ's bytes)."""
+    with contextlib.ExitStack() as held:
+        ports = []
+        for _ in range(n):
+            s = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def _die_with_parent() -> None:

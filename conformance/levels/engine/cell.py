@@ -129,7 +129,7 @@ class EngineCell:
                 self.server.lose()
             self._world = world
             return self.server.config()
-        except (RuntimeError, TimeoutError) as exc:
+        except (RuntimeError, OSError) as exc:  # TimeoutError too: the suite's server, never the connector's verdict
             raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
 
     def lose_storage(self) -> str:
