@@ -65,21 +65,28 @@ def _vetted(cell, engine, clause_id):
     """``engine``'s run, if it ran: one that could not start with the connector is Not runnable, one
     killed at its deadline an Error, any other failure the connector's (Fail, with the engine's log)."""
     if not engine.ok:
-        if engine.suite_error:
-            raise HarnessError(engine.describe_failure())
-        if engine.role in OWN_SETTINGS:  # settings the baseline does not vouch for: vLLM's own, or the connector's?
-            control = cell.without_connector(engine.role)
-            if not control.ok:
-                _not_runnable(NotRunnable(
-                    f"vLLM cannot run engine {engine.role}'s settings here without any connector either: "
-                    f"{control.error.splitlines()[0] if control.error else control.describe_failure()}"))
-        if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
-            _not_runnable(NotRunnable(cannot_run_here(cell.connector.label, f"engine {engine.role}: {engine.error}")))
-        if refuses_platform(engine.error):  # its data path asked for a device this machine lacks
-            _not_runnable(NotRunnable(f"{cell.connector.label} needs a device this machine lacks: engine "
-                                      f"{engine.role} failed with {engine.error.splitlines()[0] if engine.error else ''}"))
+        _judgeable(cell, engine)
         raise ClauseViolation(clause_id, f"the engine with {cell.connector.label} failed: {engine.describe_failure()}")
     return engine
+
+
+def _judgeable(cell, engine):
+    """Return only if ``engine``'s failure is the connector's to answer for: raise the suite's Error
+    for a failure that says nothing about it, and Not runnable where vLLM cannot run the engine's
+    settings here, the connector could not start, or it asked for a device this machine lacks."""
+    if engine.suite_error:
+        raise HarnessError(engine.describe_failure())
+    if engine.role in OWN_SETTINGS:  # settings the baseline does not vouch for: vLLM's own, or the connector's?
+        control = cell.without_connector(engine.role)
+        if not control.ok:
+            _not_runnable(NotRunnable(
+                f"vLLM cannot run engine {engine.role}'s settings here without any connector either: "
+                f"{control.error.splitlines()[0] if control.error else control.describe_failure()}"))
+    if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
+        _not_runnable(NotRunnable(cannot_run_here(cell.connector.label, f"engine {engine.role}: {engine.error}")))
+    if refuses_platform(engine.error):  # its data path asked for a device this machine lacks
+        _not_runnable(NotRunnable(f"{cell.connector.label} needs a device this machine lacks: engine "
+                                  f"{engine.role} failed with {engine.error.splitlines()[0] if engine.error else ''}"))
 
 
 def _pd_pair(cell, clause_id):
@@ -245,6 +252,7 @@ def test_engine_format_isolation(cell):
     _connector_run(cell, "store", "engine_format_isolation")
     twin = cell.run("twin_load")
     if not twin.ok:
+        _judgeable(cell, twin)
         raise ClauseViolation("engine_format_isolation", (
             f"an engine with kv_cache_dtype={cell.twin_dtype} over storage written with "
             f"{cell.kv_cache_dtype} crashed instead of missing: {twin.describe_failure()}"))
@@ -302,6 +310,7 @@ def test_engine_load_failure_recompute(cell):
     if not engine.ok:
         if "kv_load_failure_policy" in engine.error:
             _not_runnable(NotRunnable(f"this vLLM has no kv_load_failure_policy: {engine.error}"))
+        _judgeable(cell, engine)
         raise ClauseViolation(cid, (
             f"after the suite {cell.loss}, the engine with {cell.connector.label} and "
             f"kv_load_failure_policy=recompute died instead of recomputing: a connector must miss, or report "

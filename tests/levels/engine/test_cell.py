@@ -183,3 +183,26 @@ def test_a_second_lane_runs_the_roles_no_other_role_touches_beside_the_rest(tmp_
     few.baseline()
     few.close()
     assert [r for r, *_ in started] == ["baseline"]  # no clause of the second lane selected
+
+
+def test_a_connector_engine_that_asks_for_a_device_is_not_runnable_in_every_clause_that_reads_it(tmp_path):
+    """ExampleConnector up to vLLM 0.21 loads with .cuda(): its twin-format load engine (format
+    isolation) and its recompute engine (load failure) die asking for a driver, which is no
+    connector crashing instead of missing, and no failure to recompute: Not runnable, the device
+    named. A crash of its own stays the connector's."""
+    import pytest
+
+    from conformance.levels.engine.cell import EngineCell
+    from conformance.levels.engine.test_engine import _judgeable
+    from conformance.levels.subject import ConnectorChoice
+
+    cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
+                      kv_cache_dtype="auto", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
+                      hosted=False)
+    started = {"vllm_version": "0.21.0", "t_engine_start_s": 2.0}
+    driver = EngineRun("twin_load", False, started, error="RuntimeError: Found no NVIDIA driver on your system.")
+    with pytest.raises(pytest.skip.Exception, match="ExampleConnector needs a device this machine lacks: engine twin_load"):
+        _judgeable(cell, driver)
+    own = EngineRun("twin_load", False, started, error="RuntimeError: Index put requires the source and destination "
+                                                       "dtypes match, got Half for the destination and BFloat16")
+    assert _judgeable(cell, own) is None  # the connector's to answer for
