@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from conformance import __version__
 
@@ -203,20 +204,19 @@ def _report(args: argparse.Namespace) -> int:
 
     source = args.results_dir
     if source.is_file():  # a published matrix.json: its cells carry everything the views are derived from
-        try:
-            matrix = json.loads(source.read_text())
-            cells = matrix["cells"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            print(f"kvconform: {source} is not a matrix.json kvconform wrote: {exc}", file=sys.stderr)
+        matrix = _published(source)
+        if matrix is None:
             return 2
+        cells = matrix["cells"]
         out = args.out or source.parent
         for added in args.add:
-            try:
-                fresh = (json.loads(added.read_text())["cells"] if added.is_file()
-                         else report.matrix_document(report.load_results(added))["cells"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                print(f"kvconform: {added} is not a matrix.json kvconform wrote: {exc}", file=sys.stderr)
-                return 2
+            if added.is_file():
+                joined = _published(added)
+                if joined is None:
+                    return 2
+                fresh = joined["cells"]
+            else:
+                fresh = report.matrix_document(report.load_results(added))["cells"]
             if not fresh:  # a typo in a path must not re-render the report as if nothing were missing
                 print(f"kvconform: {added} holds no cell results to add", file=sys.stderr)
                 return 2
@@ -231,6 +231,18 @@ def _report(args: argparse.Namespace) -> int:
         rendered = report.render(source, out)
     print(f"kvconform: {len(rendered['cells'])} cells rendered to {out}")
     return 0
+
+
+def _published(path: Path) -> dict[str, Any] | None:
+    """A published matrix.json (one with its cells), or None after saying on stderr why not."""
+    try:
+        matrix = json.loads(path.read_text())
+        if not isinstance(matrix["cells"], list):
+            raise TypeError("its cells are not a list")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"kvconform: {path} is not a matrix.json kvconform wrote: {exc}", file=sys.stderr)
+        return None
+    return matrix
 
 
 def _clauses(args: argparse.Namespace) -> int:

@@ -90,6 +90,10 @@ const badge = (status, notes, title, compact = false) => {
   if (notes && notes.length && status !== "Pass" && !compact) s.appendChild(el("sup", {}, notes.join(",")));
   return s;
 };
+// A clause group's mark ({status, notes}), or "·" where the group has no clause there.
+const groupMark = (g, mark, compact = false) => mark
+  ? badge(mark.status, mark.notes, g + ": " + mark.status + (mark.notes.length && mark.status !== "Pass" ? " [" + mark.notes.join(", ") + "]" : ""), compact)
+  : el("span", {class: "m", title: g + ": no clause here", style: "color:#57606a"}, "·");
 const statusCell = (s) => {
   const td = el("td", {class: "st", title: s || "not run in this cell"}, s || "-");
   td.style.background = colours[s] || "#afb8c1";
@@ -113,8 +117,7 @@ const headlines = document.getElementById("headlines");
     const tr = el("tr", {class: "cell", tabindex: "0"});
     tr.appendChild(el("td", {}, r.id)); tr.appendChild(statusCell(r.verdict));
     const marks = el("td", {class: "ans"});
-    data.answers.groups.forEach(g => marks.appendChild(r.groups[g] ? badge(r.groups[g], [], g + ": " + r.groups[g])
-      : el("span", {class: "m", title: g + ": no clause here", style: "color:#57606a"}, "·")));
+    data.answers.groups.forEach(g => marks.appendChild(groupMark(g, r.groups[g] && {status: r.groups[g], notes: []})));
     tr.appendChild(marks); tr.appendChild(el("td", {}, r.why || ""));
     tr.addEventListener("click", () => openCells([r.index]));
     tr.addEventListener("keydown", e => { if (e.key === "Enter") openCells([r.index]); });
@@ -165,11 +168,7 @@ function showSubject(i) {
     subject.columns.forEach(col => {
       const hit = row.cells[col], td = el("td", {class: hit ? "ans" : ""});
       if (hit) {
-        data.answers.groups.forEach(g => {
-          const mark = hit.groups[g];
-          if (mark) td.appendChild(badge(mark.status, mark.notes, g + ": " + mark.status + (mark.notes.length && mark.status !== "Pass" ? " [" + mark.notes.join(", ") + "]" : ""), compact));
-          else td.appendChild(el("span", {class: "m", title: g + ": no clause here", style: "color:#57606a"}, "·"));
-        });
+        data.answers.groups.forEach(g => td.appendChild(groupMark(g, hit.groups[g], compact)));
         td.addEventListener("click", () => openCells(hit.cells));
       }
       tr.appendChild(td);

@@ -69,9 +69,7 @@ def log_tail(path: Path, chars: int) -> str:
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that no one listens on now (a server of the suite's takes it next)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def free_ports(n: int) -> list[int]:

@@ -271,14 +271,17 @@ class EngineCell:
             self.runs[role] = hung
             return hung
 
+        self.runs[role] = self._launch(spec, role, shared=role in NO_CONNECTOR)
+        return self.runs[role]
+
+    def _launch(self, spec: dict[str, Any], name: str, shared: bool) -> EngineRun:
+        """An engine of ``spec`` run as ``name``; a no-connector one (``shared``) taken from, or
+        kept in, the matrix run's baselines when there are any."""
         def start() -> EngineRun:
-            return run_engine(spec, self.workdir / "engines", role, timeout_s=self.timeout_s, python=self.python,
+            return run_engine(spec, self.workdir / "engines", name, timeout_s=self.timeout_s, python=self.python,
                               host=self.host)
 
-        shared = role in NO_CONNECTOR
-        engine = self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
-        self.runs[role] = engine
-        return engine
+        return self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
 
     def without_connector(self, role: str) -> EngineRun:
         """``role``'s engine with no connector (shared like the baselines): whether vLLM itself runs
@@ -286,13 +289,7 @@ class EngineCell:
         role's engine failed."""
         name = f"{role}{WITHOUT_CONNECTOR}"
         if name not in self.runs:
-            spec = self._roles(connected=False)[role]()
-
-            def start() -> EngineRun:
-                return run_engine(spec, self.workdir / "engines", name, timeout_s=self.timeout_s, python=self.python,
-                                  host=self.host)
-
-            self.runs[name] = self.baselines.get_or_run(spec, self.python, start) if self.baselines else start()
+            self.runs[name] = self._launch(self._roles(connected=False)[role](), name, shared=True)
         return self.runs[name]
 
     def run_pd(self) -> tuple[EngineRun, EngineRun | None]:

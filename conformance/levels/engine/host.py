@@ -200,8 +200,9 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, terminated)
     why = refusal()
-    if not why and _native_threads() > native:
-        why = f"compiling vLLM's logprob op in the host left {_native_threads() - native} more native thread(s)"
+    left = _native_threads() - native
+    if not why and left > 0:
+        why = f"compiling vLLM's logprob op in the host left {left} more native thread(s)"
     if why:
         _say({"ready": False, "why": why})
         os._exit(0)
