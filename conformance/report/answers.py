@@ -13,10 +13,11 @@ runnable). A summary sentence per group is generated from the same data. The kno
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 from conformance.util.versions import version_key
-from conformance.verdict.clauses import GROUP_OF, GROUPS
+from conformance.verdict.clauses import CLAUSES, GROUP_OF, GROUPS
 from conformance.verdict.status import Status, worst
 
 NOT_JUDGED = {Status.DISABLED.value, Status.SKIP.value, Status.NOT_RUNNABLE.value}
@@ -56,16 +57,27 @@ def headlines(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
         by_group: dict[str, list[tuple[str, int | None]]] = {}
         for clause, status in cell["statuses"].items():
             by_group.setdefault(GROUP_OF.get(clause, "lifecycle"), []).append((status, None))
-        judged = [(Status(s), c) for c, s in cell["statuses"].items() if s != Status.PASS.value]
-        first = max(judged, key=lambda sc: (sc[0].value not in NOT_JUDGED, sc[0].severity), default=None)
-        why = ""
-        if first is not None:
-            clause = first[1]
-            why = f"{clause}: " + reason((cell.get("reasons") or {}).get(clause) or (cell.get("messages") or {}).get(clause, ""))
+        why = _headline_reason(cell)
         out.setdefault(title, {"title": title, "rows": []})["rows"].append(
             {"index": index, "id": cell["id"], "level": cell.get("level"), "verdict": cell["verdict"],
              "groups": {g: _mark(v) for g, v in by_group.items()}, "why": why})
     return list(out.values())
+
+
+def _headline_reason(cell: dict[str, Any]) -> str:
+    """The reason of the cell's most severe status (judged ones first) that most of its clauses of
+    that status share, after the first clause giving it (in the clauses' order, so the same
+    however the cell's file was keyed); "" for a cell that passed everything."""
+    statuses = cell["statuses"]
+    wrong = [c for c in CLAUSES if statuses.get(c, Status.PASS.value) != Status.PASS.value]
+    if not wrong:
+        return ""
+    rank = {c: (statuses[c] not in NOT_JUDGED, Status(statuses[c]).severity) for c in wrong}
+    top = [c for c in wrong if rank[c] == max(rank.values())]
+    why = {c: reason((cell.get("reasons") or {}).get(c) or (cell.get("messages") or {}).get(c, "")) for c in top}
+    shared = Counter(why.values())
+    clause = next(c for c in top if shared[why[c]] == max(shared.values()))
+    return f"{clause}: {why[clause]}"
 
 
 def _column(co: dict[str, Any]) -> tuple[str, str]:
