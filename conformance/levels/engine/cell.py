@@ -83,6 +83,11 @@ WITHOUT_CONNECTOR = "_without_connector"  # the role name of such an engine
 # before, on first use.
 SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
                "engine_block_reuse": REUSE_ROLES}
+# Every engine computes on one thread, as vLLM means its CPU engines to serve ("no steady-state CPU op
+# benefits from intra-op parallelism"; 0.32's worker blocks its own reduction to one): one thread count
+# for every engine a baseline is compared with, and two lanes' engines on two cores do not spin against
+# each other's OpenMP pools (an engine's batches took ten times as long beside another's).
+ENGINE_THREADS = 1
 NOT_STARTED = "not started: "  # a role's run after another engine of the cell hung (``_hung_run``)
 
 
@@ -166,7 +171,7 @@ class EngineCell:
         """An engine's spec: no connector when ``role`` is None; ``reload`` batches run after the
         engine reset its own prefix cache (a second phase)."""
         spec: dict[str, Any] = {"model": str(self.model), "kv_cache_dtype": kv_cache_dtype,
-                                "block_size": self.block_size,
+                                "block_size": self.block_size, "torch_threads": ENGINE_THREADS,
                                 "batches": [self.batches[b] for b in batches]
                                 + [{**self.batches[b], "phase": 1} for b in reload or []]}
         if role is not None:

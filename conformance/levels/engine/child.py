@@ -6,6 +6,7 @@ process leaves through ``os._exit`` so that no teardown can hang it.
 
 SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``, ``num_blocks``
 (the cache's blocks, vLLM's ``num_gpu_blocks_override``; default: what ``kv_cache_mb`` holds),
+``torch_threads`` (torch's intra-op threads, set before the engine is built),
 ``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
 ``[{"name", "prompts": [[token ids]], "together": bool, "phase": int, "cache_salt": str,
 "kv_transfer_params": [one dict per prompt], "abort_after_steps": int}]``; a batch ``together`` is
@@ -182,6 +183,10 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     for rule in result["engine_settings"]:  # what this vLLM release requires of the cell
         kwargs.update(rule["settings"])
         os.environ.update(rule["environment"])  # vLLM reads its environment when it builds the engine
+    import torch
+
+    if spec.get("torch_threads"):
+        torch.set_num_threads(spec["torch_threads"])
     t = time.perf_counter()
     heard = _Heard()
     logging.getLogger("vllm").addHandler(heard)
@@ -193,6 +198,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     if adapter is not None:
         llm.llm_engine.add_lora(adapter)  # an adapter vLLM cannot load here fails the start, not a request
     result["t_engine_start_s"] = round(time.perf_counter() - t, 2)
+    result["torch_threads"] = torch.get_num_threads()  # what the engine computes on (a release may rebind it)
     cache = llm.llm_engine.vllm_config.cache_config
     model_config = llm.llm_engine.vllm_config.model_config
     result["resolved"] = {"cache_dtype": cache.cache_dtype, "block_size": cache.block_size,
