@@ -6,7 +6,8 @@ process leaves through ``os._exit`` so that no teardown can hang it.
 
 SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``, ``num_blocks``
 (the cache's blocks, vLLM's ``num_gpu_blocks_override``; default: what ``kv_cache_mb`` holds),
-``torch_threads`` (torch's intra-op threads, set before the engine is built),
+``torch_threads`` (torch's intra-op threads, set before the engine is built), ``prefill_chunk`` (vLLM's
+``max_num_batched_tokens``: each prompt prefilled in chunks of that many tokens),
 ``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
 ``[{"name", "prompts": [[token ids]], "together": bool, "phase": int, "cache_salt": str,
 "kv_transfer_params": [one dict per prompt], "abort_after_steps": int}]``; a batch ``together`` is
@@ -171,6 +172,9 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         disable_log_stats=False, seed=0, max_num_seqs=spec.get("max_num_seqs", 8),
         enable_prefix_caching=True,
         **({"num_gpu_blocks_override": spec["num_blocks"]} if spec.get("num_blocks") else {}),
+        # A prompt's prefill in chunks of this many tokens (a split reference: cell.split_reference).
+        **({"max_num_batched_tokens": spec["prefill_chunk"], "enable_chunked_prefill": True}
+           if spec.get("prefill_chunk") else {}),
     )
     if spec.get("connector"):
         kwargs["kv_transfer_config"] = KVTransferConfig(**spec["connector"])

@@ -112,7 +112,8 @@ def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
     """Raise unless ``got``'s outputs match ``want``'s; ``skip_failed`` exempts requests the engine
     failed (finish_reason "error"): a clear failure, not an output."""
     count_load(sum(external_hits(got, b) for b in batches))
-    problems = [p for b in batches for p in compare_runs(got, want, b, cell.tolerance(want, b), skip_failed)]
+    problems = [p for b in batches for p in compare_runs(got, want, b, cell.tolerance(want, b), skip_failed,
+                                                         split=lambda cached: cell.split_reference(want, cached))]
     if problems:
         raise ClauseViolation(clause_id, f"{what} differs from the no-connector baseline in "
                                          f"{len(problems)} request(s): " + "; ".join(problems[:3]))
