@@ -445,7 +445,7 @@ def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Toleran
     engine failed (finish_reason "error").
 
     A prompt served with its first N tokens loaded has vLLM compute only the rest, and on some CPUs
-    (AMX: a GEMM's rows in a full tile and its tail rows are summed apart) the bits of a token depend
+    (measured on an AMX machine: benchmarks/prefill_split_bits.py) the bits of a token depend
     on how many were computed with it, connector or not (docs/engine-level.md). Where the bits differ,
     ``split(N)`` is asked for ``want``'s engine with every prompt prefilled N tokens, then the rest:
     the same computation, by vLLM alone, so a prompt equal to it bit for bit loaded what vLLM computes.

@@ -1,4 +1,4 @@
-"""How engine outputs are compared: bits, or (MLA on CPU, a concurrent batch) within a tolerance that allows a near-tie."""
+"""How engine outputs are compared: bits (against vLLM's own split prefill where a load has it compute a prompt apart), or (MLA on CPU, a concurrent batch) within a tolerance that allows a near-tie."""
 
 from __future__ import annotations
 
@@ -65,6 +65,38 @@ def test_a_divergence_that_is_no_near_tie_fails():
     assert "step 1 token 3 (logprob -0.2), but the baseline chose 8" in within_tolerance(got, BASE, TOL)
     absent = [BASE[0], step(3, -0.5, t5=-0.5), *BASE[2:]]  # the baseline's token is not even in the top-k
     assert "not a near-tie" in within_tolerance(absent, BASE, TOL)
+
+
+def test_bits_that_differ_only_where_vllm_computes_a_loaded_prompt_apart_match_its_split_reference():
+    """A load of 32 tokens has vLLM compute the other 8 alone; where that changes vLLM's own bits (AMX),
+    the prompt is held to vLLM prefilling 32 tokens then 8, and bit for bit."""
+    moved = [step(7, -1.0000001, t9=-2.0), *BASE[1:]]
+    asked = []
+
+    def split(cached: int) -> EngineRun:
+        asked.append(cached)
+        return run(moved)
+
+    assert compare_runs(run(moved), run(BASE), "b", split=split) == [] and asked == [32]
+    wrong = [step(7, -1.01, t9=-2.0), *BASE[1:]]  # other bits than vLLM's own split too: a Fail
+    (problem,) = compare_runs(run(wrong), run(BASE), "b", split=split)
+    assert "nor is it vLLM's own output with the first 32 tokens computed apart" in problem
+    (unrun,) = compare_runs(run(wrong), run(BASE), "b", split=lambda cached: None)
+    assert "could not be run here" in unrun
+    # Equal bits ask for no reference; within a tolerance none is asked either.
+    asked.clear()
+    assert compare_runs(run(BASE), run(BASE), "b", split=split) == [] and asked == []
+    assert compare_runs(run(moved), run(BASE), "b", TOL, split=split) == [] and asked == []
+
+
+def test_a_split_reference_is_asked_only_where_one_chunk_is_the_loads_computation():
+    """Chunks of N give a prompt N tokens then the rest only where the rest is at most N; nothing
+    loaded (N = 0) is compared to the one-pass baseline alone."""
+    moved = [step(7, -1.0000001, t9=-2.0), *BASE[1:]]
+    for prompt_len, cached in ((80, 32), (40, 0)):
+        got = run(moved)
+        got.result["requests"][0].update(prompt_len=prompt_len, num_cached_tokens=cached)
+        assert len(compare_runs(got, run(BASE), "b", split=lambda n: run(moved))) == 1
 
 
 def test_nan_is_never_within_tolerance():
