@@ -4,6 +4,7 @@ for it (both the connector-API and the engine level use them)."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -228,13 +229,27 @@ def with_storage(value: Any, storage: str) -> Any:
 
 class LMCacheService:
     """LMCache's multiprocess server for an LMCacheMPConnector the user did not point at one:
-    started on first use, restarted to lose its content, stopped at the end."""
+    started on first use, restarted to lose its content, stopped at the end.
+
+    ``spare``: a second server is launched as soon as one is in use, so that losing the content is
+    a switch to a server that started while the engines ran, not a restart waited for (4-8 s each, a
+    handful per engine cell). Both are launched from the caller's thread (each ends with the thread
+    that started it); a forked child (the connector level's supervised clauses) restarts instead."""
 
     LOST = "restarted the LMCache server (its L1 store is lost)"
 
-    def __init__(self, log: Path, *, chunk_size: int, python: str | None = None) -> None:
-        self.server = LMCacheServer(log, chunk_size=chunk_size, python=python or sys.executable)
+    def __init__(self, log: Path, *, chunk_size: int, python: str | None = None, spare: bool = False) -> None:
+        self._log, self._chunk_size, self._python = log, chunk_size, python or sys.executable
+        self.server = self._new(log)
         self.started = False
+        self._spare: LMCacheServer | None = None
+        self._spares = spare
+        self._retired: list[LMCacheServer] = []  # interrupted, reaped at stop()
+        self._count = 0
+        self._ahead = False  # the first server launched before it was asked for (``launch``)
+
+    def _new(self, log: Path) -> LMCacheServer:
+        return LMCacheServer(log, chunk_size=self._chunk_size, python=self._python)
 
     @staticmethod
     def wanted_by(connector: ConnectorChoice) -> bool:
@@ -245,22 +260,49 @@ class LMCacheService:
                    and "lmcache.mp.port" not in (child.get("kv_connector_extra_config") or {})
                    for child in connector.children)
 
+    def launch(self) -> None:
+        """Start the first server now, awaited at the first ``config``: it comes up while the engines
+        without a connector run. Best effort: what stops it is raised by ``config``, where it is asked for."""
+        try:
+            self.server.launch()
+            self._ahead = True
+        except (RuntimeError, OSError):
+            self._ahead = False
+
     def config(self) -> dict[str, Any]:
         """The connector's extra config that points it at the server (started on first call)."""
         if not self.started:
-            self.server.start()
+            if self._ahead:
+                self.server.ready()
+            else:
+                self.server.start()
             self.started = True
+            self._launch_spare()
         return self.server.connector_config()
 
     def lose(self) -> str:
-        """Lose what the server holds (a restart: its L1 store is memory); say how."""
-        self.server.restart()
+        """Lose what the server holds (a restart: its L1 store is memory; or the switch to the spare,
+        which never held anything); say how."""
+        if self._spare is None or self._spare.owner != os.getpid():
+            self.server.restart()
+            return self.LOST
+        old, self.server, self._spare = self.server, self._spare, None
+        old.interrupt()
+        self._retired.append(old)
+        self.server.ready()
+        self._launch_spare()
         return self.LOST
+
+    def _launch_spare(self) -> None:
+        if self._spares:
+            self._count += 1
+            self._spare = self._new(self._log.with_name(f"{self._log.stem}-{self._count}{self._log.suffix}"))
+            self._spare.launch()
 
     @property
     def ready_s(self) -> float | None:
         return self.server.ready_s if self.started else None
 
     def stop(self) -> None:
-        if self.started:
-            self.server.stop()
+        for server in [*self._retired, *([self._spare] if self._spare else []), self.server]:
+            server.stop()  # a server never started or already gone: nothing to do

@@ -57,41 +57,56 @@ class LMCacheServer:
         self.port = self.http_port = 0
         self.ready_s: float | None = None
         self.owner = os.getpid()  # the process that started it
+        self._launched, self._logged = 0.0, 0  # when the process started; its log's size before
 
     def connector_config(self) -> dict[str, Any]:
         return {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": self.port, "lmcache.mp.mq_timeout": 60.0}
 
     def start(self) -> LMCacheServer:
-        """Start it on free ports; where another process took a port between its choice and the
-        server's bind ("Address already in use"), again on new ones, up to BIND_ATTEMPTS times."""
-        self._check_version()
-        for attempt in range(1, BIND_ATTEMPTS + 1):
-            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
-            try:
-                return self._start_once()
-            except RuntimeError:
-                lost_race = b"Address already in use" in self.log_path.read_bytes()[logged:]
-                if not lost_race or attempt == BIND_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+        """Start it on free ports and wait until it is ready (``launch``, then ``ready``)."""
+        self.launch()
+        return self.ready()
 
-    def _start_once(self) -> LMCacheServer:
+    def launch(self) -> None:
+        """Start its process on free ports, not waiting for it (``ready`` waits). From the thread
+        that keeps it: it ends with the thread that started it (``die_with_parent``)."""
+        self._check_version()
+        self._logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.port, self.http_port, prometheus = procs.free_ports(3)
         cmd = [self.python, "-m", "lmcache.v1.multiprocess.http_server", "--host", "127.0.0.1",
                "--port", str(self.port), "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
                "--prometheus-port", str(prometheus), "--chunk-size", str(self.chunk_size),
                "--l1-size-gb", str(self.l1_size_gb), "--eviction-policy", "LRU",
                "--supported-transfer-mode", "auto"]
-        started = time.monotonic()
+        self._launched, self.ready_s = time.monotonic(), None
         # Ends with the process that started it: a forked child's own server (``restart``) too.
         self.proc = procs.spawn(cmd, self.log_path, env={"HF_HUB_OFFLINE": "1"}, append=True, die_with_parent=True)
         self.owner = os.getpid()
-        while time.monotonic() - started < self.ready_timeout_s:
+
+    def ready(self) -> LMCacheServer:
+        """Wait until the launched server is ready; where another process took a port between its
+        choice and the server's bind ("Address already in use"), launch it again on new ones, up to
+        BIND_ATTEMPTS times in all."""
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                return self._await_ready()
+            except RuntimeError:
+                lost_race = b"Address already in use" in self.log_path.read_bytes()[self._logged:]
+                if not lost_race or attempt == BIND_ATTEMPTS:
+                    raise
+                self.launch()
+        raise AssertionError("unreachable")
+
+    def _await_ready(self) -> LMCacheServer:
+        assert self.proc is not None, "launch() first"
+        if self.ready_s is not None and self.proc.poll() is None:
+            return self
+        while time.monotonic() - self._launched < self.ready_timeout_s:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"LMCache server exited with {self.proc.returncode} before it was ready:\n"
                                    + procs.log_tail(self.log_path, 2000))
             if self._healthy():
-                self.ready_s = round(time.monotonic() - started, 2)
+                self.ready_s = round(time.monotonic() - self._launched, 2)
                 return self
             time.sleep(0.25)
         self.stop()
@@ -120,6 +135,11 @@ class LMCacheServer:
         if self.proc is None or self.proc.poll() is not None:
             return
         procs.stop(self.proc, grace_s=grace_s, first=signal.SIGINT)
+
+    def interrupt(self) -> None:
+        """Ask it to stop (SIGINT, as ``stop``) without waiting: ``stop`` reaps it later."""
+        if self.proc is not None and self.proc.poll() is None:
+            procs.kill_group(self.proc, signal.SIGINT)
 
     def restart(self) -> None:
         """Stop and start again: everything it held is lost (the lost-storage scenario). In a forked

@@ -1,4 +1,5 @@
-"""The LMCache server launcher refuses, in one line, an LMCache whose server it cannot drive."""
+"""The LMCache server launcher: it refuses, in one line, an LMCache whose server it cannot drive; an
+engine cell's server loses its content by switching to a spare."""
 
 from __future__ import annotations
 
@@ -61,3 +62,73 @@ def test_a_port_taken_before_the_server_bound_it_is_retried_on_new_ports(tmp_pat
         LMCacheServer(tmp_path / "server.log", python=str(exe), ready_timeout_s=10).start()
     ports = (tmp_path / "ports").read_text().split()
     assert len(ports) == attempts and all(p.isdigit() for p in ports)  # each attempt chose its own ports
+
+
+FAKE_SERVER = '''
+import http.server, json, signal, socket, sys
+args = dict(zip(sys.argv[3::2], sys.argv[4::2]))  # after "-m lmcache.v1.multiprocess.http_server"
+zmq = socket.socket(); zmq.bind(("127.0.0.1", int(args["--port"]))); zmq.listen()
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"status": "healthy"}).encode()
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+signal.signal(signal.SIGINT, lambda *a: sys.exit(0))
+http.server.HTTPServer(("127.0.0.1", int(args["--http-port"])), Health).serve_forever()
+'''
+
+
+def fake_server_python(tmp_path) -> str:
+    """A 'python' whose LMCache server answers the health check and holds its ZMQ port, and exits on SIGINT."""
+    import sys
+
+    (tmp_path / "fake_server.py").write_text(FAKE_SERVER)
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nif [ \"$1\" = -c ]; then echo 0.5.6; exit 0; fi\n"
+                   f"echo start >> {tmp_path / 'starts'}\nexec {sys.executable} {tmp_path / 'fake_server.py'} \"$@\"\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_an_engine_cells_server_loses_its_content_by_switching_to_a_spare_started_ahead(tmp_path):
+    """With ``spare``, a server is launched beside the one in use; losing the content switches to it
+    (never a restart waited for) and interrupts the old one; every server is stopped at the end."""
+    from conformance.levels.subject import LMCacheService
+
+    service = LMCacheService(tmp_path / "lmcache-server.log", chunk_size=64, python=fake_server_python(tmp_path),
+                             spare=True)
+    service.launch()  # as an engine cell does when it is built: awaited at the first config()
+    first = service.config()["lmcache.mp.port"]
+    assert service._spare is not None and service._spare.proc is not None  # launched, not awaited
+    old = service.server
+    assert service.lose() == LMCacheService.LOST
+    second = service.config()["lmcache.mp.port"]
+    assert second != first and service.server.ready_s is not None
+    assert old.proc.wait(timeout=10) == 0  # interrupted (SIGINT), and it left
+    service.stop()
+    assert (tmp_path / "starts").read_text().split() == ["start"] * 3  # the first, the one switched to, a new spare
+    assert service.server.proc.poll() is not None and service._spare.proc.poll() is not None
+    assert (tmp_path / "lmcache-server-1.log").exists()  # each server its own log
+
+
+def test_a_server_launched_ahead_that_cannot_start_says_why_when_it_is_asked_for(tmp_path):
+    from conformance.levels.subject import LMCacheService
+
+    service = LMCacheService(tmp_path / "lmcache-server.log", chunk_size=64, python=fake_python(tmp_path, "0.3.15"),
+                             spare=True)
+    service.launch()  # refused: nothing raised yet, the cell is still being built
+    with pytest.raises(RuntimeError, match="takes another command line"):
+        service.config()
+
+
+def test_without_a_spare_losing_the_content_restarts_the_server(tmp_path):
+    """The connector level asks for no spare (its clauses run in forked children, and a spare their
+    parent launched would end with the thread that started it): ``lose`` restarts, as before."""
+    from conformance.levels.subject import LMCacheService
+
+    service = LMCacheService(tmp_path / "lmcache-server.log", chunk_size=64, python=fake_server_python(tmp_path))
+    first = service.config()["lmcache.mp.port"]
+    assert service._spare is None
+    assert service.lose() == LMCacheService.LOST and service.config()["lmcache.mp.port"] != first
+    service.stop()
+    assert (tmp_path / "starts").read_text().split() == ["start"] * 2

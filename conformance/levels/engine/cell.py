@@ -109,8 +109,11 @@ class EngineCell:
         self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
         self.batches = prompt_batches(block_size)
         self.runs: dict[str, EngineRun] = {}
-        self.server = (LMCacheService(workdir / "lmcache-server.log", chunk_size=2 * block_size, python=python)
+        self.server = (LMCacheService(workdir / "lmcache-server.log", chunk_size=2 * block_size, python=python,
+                                      spare=True)
                        if LMCacheService.wanted_by(connector) else None)
+        if self.server is not None:
+            self.server.launch()  # up while vLLM is imported and the baseline runs
         self.loss = ""  # how the suite last damaged the storage (lose_storage); "" while intact
         # Where the connector keeps what it stores ("{storage}" in its extra config): one directory
         # for the cross-engine roles, another for the same-engine role, so neither warms the other.

@@ -3,8 +3,9 @@
 Every scenario reads runs of one cell (see ``conformance.levels.engine.cell``): engines start once
 per role and are shared. "Bit-identical" compares tokens and the float bits of logprobs (a prompt
 vLLM computed apart from its loaded tokens to vLLM's own output with the same split, where the
-CPU makes that differ: ``compare_runs``), except where vLLM itself is not bit-reproducible across a load: MLA on CPU, and a concurrent batch (vLLM
-is not batch-invariant, and an async load changes the batch's composition). There tokens must
+CPU makes that differ: ``compare_runs``), except where vLLM itself is not bit-reproducible across
+a load: MLA on CPU, and a concurrent batch (vLLM is not batch-invariant, and an async load changes
+the batch's composition). There tokens must
 match and each logprob stay within a measured tolerance (``comparison_tolerance``), and the
 message names it. Prompts served one by one are always compared as bits.
 """
