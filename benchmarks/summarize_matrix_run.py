@@ -38,12 +38,16 @@ def load(results_dir: Path, since: datetime | None) -> list[dict[str, Any]]:
 def summarize(docs: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
     walls: dict[str, list[float]] = defaultdict(list)
     engines_started = baselines_reused = 0
+    per_cell = []
     for doc in docs:
         cell = doc["cell"]
         level = cell_level(cell) or "?"
         key = level + ("/" + cell["coordinates"].get("connector", "") if level != "store" else "")
         walls[key].append(cell["wall_s"])
-        for role, timing in ((doc.get("connector") or {}).get("engine_timings") or {}).items():
+        timings = (doc.get("connector") or {}).get("engine_timings") or {}
+        per_cell.append({"name": cell.get("name"), "level": key, "wall_s": cell["wall_s"],
+                         "engine_starts": timings.get("engine_starts"), "vllm_imports": timings.get("vllm_imports")})
+        for role, timing in timings.items():
             if isinstance(timing, dict) and "wall_s" in timing:
                 reused = "reused_from" in timing
                 baselines_reused += reused
@@ -54,12 +58,14 @@ def summarize(docs: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
     total = sum(w for ws in walls.values() for w in ws)
     return {
         "cells": len(docs), "jobs": jobs, "elapsed_s": round(elapsed), "sum_of_cell_wall_s": round(total),
+        "mean_cell_wall_s": round(total / len(docs), 1) if docs else None,
         "overlap_speedup": round(total / elapsed, 2) if elapsed else None,
         "engines_started": engines_started, "baselines_reused": baselines_reused,
         "per_level": {k: {"cells": len(ws), "median_wall_s": round(statistics.median(ws), 1),
                          "max_wall_s": round(max(ws), 1), "sum_wall_s": round(sum(ws))}
                      for k, ws in sorted(walls.items())},
         "environment": docs[0]["environment"] if docs else {},
+        "per_cell": sorted(per_cell, key=lambda c: str(c["name"])),
     }
 
 
