@@ -128,7 +128,7 @@ class DevTools:
     def __init__(self, ws_url: str) -> None:
         import websocket
 
-        self.ws = websocket.create_connection(ws_url, timeout=30)
+        self.ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)  # Chromium refuses an Origin it was not told to allow
         self.next_id = 0
         self.events: list[dict] = []
 
