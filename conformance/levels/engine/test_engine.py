@@ -289,6 +289,9 @@ def _after_loss(cell, role):
     """(baseline, the ``role`` engine run over storage the suite damaged); a hang is the harness's."""
     try:
         base = cell.baseline()
+        store = cell.run("store")
+        if not store.ok:  # nothing stored to damage: say why, before the suite finds no storage
+            _judgeable(cell, store)
         engine = cell.run(role)
     except NotRunnable as exc:
         _not_runnable(exc)
@@ -301,6 +304,7 @@ def _after_loss(cell, role):
 def test_engine_lost_storage(cell):
     base, engine = _after_loss(cell, "after_loss")
     if not engine.ok:
+        _judgeable(cell, engine)  # an engine the connector could not even start in judges nothing
         return  # no output at all, so no wrong output; whether it survives is engine_load_failure_recompute's
     _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], "engine_lost_storage",
                f"after the suite {cell.loss}, engine D", skip_failed=True)

@@ -186,6 +186,18 @@ def test_a_connector_that_reports_what_it_cannot_load_survives_the_loss(run_suit
         run.output[-4000:]
 
 
+def test_a_connector_that_cannot_be_built_gets_no_verdict_but_not_runnable(run_suite):
+    """No engine with it starts (its constructor raises, as LMCacheMPConnector 0.20-0.21 beside
+    LMCache 0.4.7): nothing was loaded, damaged or recomputed, so no clause may pass it."""
+    run = engine_suite(run_suite, "conformance.zoo.connectors.unbuildable:UnbuildableConnector", "auto",
+                       "-k", "lost_storage or store_then_load")
+    tests = {t["clause"]: t for t in run.results["tests"]}
+    assert {c: t["status"] for c, t in tests.items()} == {"engine_lost_storage": "Not runnable",
+                                                          "engine_store_then_load": "Not runnable"}, tests
+    assert all("could not be built here" in t["message"] and "ParallelStrategy" in t["message"]
+               for t in tests.values()), tests
+
+
 def test_mla_fp8_is_not_runnable_with_vllms_reason(run_suite):
     run = engine_suite(run_suite, "ExampleConnector", "fp8_e5m2", "--kv-model=deepseek-v2-lite-tiny",
                        "--kv-block-size=16", "-k", "effective_dtype")
