@@ -105,6 +105,7 @@ def test_an_engine_cells_server_loses_its_content_by_switching_to_a_spare_starte
     second = service.config()["lmcache.mp.port"]
     assert second != first and service.server.ready_s is not None
     assert old.proc.wait(timeout=10) == 0  # interrupted (SIGINT), and it left
+    service._spare.ready()  # the new spare, launched by lose(): let it come up before all are stopped
     service.stop()
     assert (tmp_path / "starts").read_text().split() == ["start"] * 3  # the first, the one switched to, a new spare
     assert service.server.proc.poll() is not None and service._spare.proc.poll() is not None
