@@ -99,6 +99,16 @@ def test_a_split_reference_is_asked_only_where_one_chunk_is_the_loads_computatio
         assert len(compare_runs(got, run(BASE), "b", split=lambda n: run(moved))) == 1
 
 
+def test_a_pd_consumer_that_loaded_a_whole_prompt_is_held_to_vllm_computing_its_last_token_apart():
+    """vLLM reports no cached tokens for a P/D consumer's remote prefill: its external hits, counted for
+    the request alone, say what it loaded, and a whole prompt still has its last token computed."""
+    moved = [step(7, -1.0000001, t9=-2.0), *BASE[1:]]
+    got = run(moved)
+    got.result["requests"][0].update(num_cached_tokens=0, counters_delta={"external_prefix_cache_hits": 40.0})
+    asked = []
+    assert compare_runs(got, run(BASE), "b", split=lambda n: asked.append(n) or run(moved)) == [] and asked == [39]
+
+
 def test_nan_is_never_within_tolerance():
     got = [step(7, math.nan, t9=-2.0), *BASE[1:]]
     assert "|delta| nan > 0.05" in within_tolerance(got, BASE, TOL)
