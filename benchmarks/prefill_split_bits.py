@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from conformance.levels.engine.cell import prompt_batches  # noqa: E402
+from conformance.levels.engine.cell import ENGINE_THREADS, prompt_batches  # noqa: E402
 from conformance.levels.engine.launch import EngineHost, run_engine  # noqa: E402
 
 LENGTHS = (64, 65, 96, 128)
@@ -54,7 +54,7 @@ def main() -> None:
              **{f"boundaries[{i}]": boundaries[i] for i in (3, 4, 6)}}
     prompts = list(named.values())
     base = {"model": _model(args.engine_python, args.model), "kv_cache_dtype": "auto", "block_size": 32,
-            "torch_threads": 1, "max_tokens": 3, "batches": [{"name": "p", "prompts": prompts}]}
+            "torch_threads": ENGINE_THREADS, "max_tokens": 3, "batches": [{"name": "p", "prompts": prompts}]}
     with tempfile.TemporaryDirectory() as tmp:
         host = EngineHost(args.engine_python, Path(tmp) / "host.log")
         try:

@@ -243,10 +243,9 @@ class LMCacheService:
         self.server = self._new(log)
         self.started = False
         self._spare: LMCacheServer | None = None
-        self._spares = spare
+        self._keeps_spare = spare
         self._retired: list[LMCacheServer] = []  # interrupted, reaped at stop()
         self._count = 0
-        self._ahead = False  # the first server launched before it was asked for (``launch``)
 
     def _new(self, log: Path) -> LMCacheServer:
         return LMCacheServer(log, chunk_size=self._chunk_size, python=self._python)
@@ -265,14 +264,13 @@ class LMCacheService:
         without a connector run. Best effort: what stops it is raised by ``config``, where it is asked for."""
         try:
             self.server.launch()
-            self._ahead = True
         except (RuntimeError, OSError):
-            self._ahead = False
+            pass  # not launched (no process): ``config`` starts it and raises why
 
     def config(self) -> dict[str, Any]:
         """The connector's extra config that points it at the server (started on first call)."""
         if not self.started:
-            if self._ahead:
+            if self.server.proc is not None:  # launched ahead
                 self.server.ready()
             else:
                 self.server.start()
@@ -294,7 +292,7 @@ class LMCacheService:
         return self.LOST
 
     def _launch_spare(self) -> None:
-        if self._spares:
+        if self._keeps_spare:
             self._count += 1
             self._spare = self._new(self._log.with_name(f"{self._log.stem}-{self._count}{self._log.suffix}"))
             self._spare.launch()
