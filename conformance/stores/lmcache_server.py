@@ -101,13 +101,18 @@ class LMCacheServer:
         assert self.proc is not None, "launch() first"
         if self.ready_s is not None and self.proc.poll() is None:
             return self
-        while time.monotonic() - self._launched < self.ready_timeout_s:
+        # Counted from the ask, not the launch: a spare launched ahead may be asked for minutes later
+        # (when it was counted from the launch, a healthy one was never checked: "not ready within 120s").
+        deadline = time.monotonic() + self.ready_timeout_s
+        while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"LMCache server exited with {self.proc.returncode} before it was ready:\n"
                                    + procs.log_tail(self.log_path, 2000))
             if self._healthy():
                 self.ready_s = round(time.monotonic() - self._launched, 2)
                 return self
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.25)
         self.stop()
         raise TimeoutError(f"LMCache server not ready within {self.ready_timeout_s:g}s:\n"

@@ -133,3 +133,17 @@ def test_without_a_spare_losing_the_content_restarts_the_server(tmp_path):
     assert service.lose() == LMCacheService.LOST and service.config()["lmcache.mp.port"] != first
     service.stop()
     assert (tmp_path / "starts").read_text().split() == ["start"] * 2
+
+
+def test_a_spare_asked_for_long_after_its_launch_is_checked_not_timed_out(tmp_path):
+    """An old release's engine cell asks for its spare minutes after launching it: the readiness wait
+    counts from the ask (it counted from the launch, and a healthy spare read as never ready)."""
+    import time
+
+    server = LMCacheServer(tmp_path / "server.log", python=fake_server_python(tmp_path), ready_timeout_s=1)
+    server.launch()
+    time.sleep(2)  # past its timeout, counted from the launch
+    try:
+        assert server.ready() is server and server.ready_s is not None
+    finally:
+        server.stop()
