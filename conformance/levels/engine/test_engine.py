@@ -52,7 +52,10 @@ def _baseline(cell):
 
 def _connector_run(cell, role, clause_id, cold_check=True):
     """A connector engine's run; its failure is the connector's (Fail), with the engine's log. The
-    first engine over empty storage must claim no external hit (``cold_check``)."""
+    first engine over empty storage must claim no external hit (``cold_check``). None starts where
+    vLLM cannot run the cell's settings without a connector (the baseline): Not runnable, as it would
+    end anyway, without an engine start per clause (half a minute each on releases that spawn workers)."""
+    _baseline(cell)
     engine = _vetted(cell, cell.run(role), clause_id)
     claimed = external_hits(engine.phase(0), "boundaries") if cold_check and role in COLD_ROLES else 0
     if claimed:

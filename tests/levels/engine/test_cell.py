@@ -248,3 +248,22 @@ def test_a_connector_engine_that_asks_for_a_device_is_not_runnable_in_every_clau
     own = EngineRun("twin_load", False, started, error="RuntimeError: Index put requires the source and destination "
                                                        "dtypes match, got Half for the destination and BFloat16")
     assert _judgeable(cell, own) is None  # the connector's to answer for
+
+
+def test_no_connector_engine_starts_where_vllm_cannot_run_the_cells_settings_alone(tmp_path):
+    """A baseline vLLM cannot run (fp8 on a CPU without AVX-512) makes every clause Not runnable: the
+    clauses that start a connector engine first (LoRA, cache_salt) start none, as the others do."""
+    import pytest
+
+    from conformance.levels.engine.cell import LORA, EngineCell
+    from conformance.levels.engine.test_engine import _connector_run
+    from conformance.levels.subject import ConnectorChoice
+
+    cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
+                      kv_cache_dtype="fp8_e5m2", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
+                      hosted=False)
+    refused = "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX."
+    cell.runs["baseline"] = EngineRun("baseline", False, {"vllm_version": "0.22.1"}, error=refused)
+    with pytest.raises(pytest.skip.Exception, match="vLLM cannot run m with kv_cache_dtype=fp8_e5m2 here: .*AVX-512"):
+        _connector_run(cell, LORA, "engine_lora_isolation")
+    assert set(cell.runs) == {"baseline"}  # the LoRA engine never started
