@@ -121,7 +121,9 @@ def engine(session: nox.Session) -> None:
     the installed vLLM's API fingerprint against its committed one, and the wheel installed outside the checkout."""
     _install(session, _stack_install())
     session.install("build")
-    session.run("pytest", "-m", "engine", "--durations=10", *session.posargs,
+    # Two workers: most of these tests run one single-threaded vLLM process at a time (a group keeps
+    # a module's expensive shared fixture on one worker).
+    session.run("pytest", "-n", "2", "--dist", "loadgroup", "-m", "engine", "--durations=20", *session.posargs,
                 env={"KVCONFORM_ENGINE_PYTHON": session.bin + "/python"})
 
 

@@ -20,7 +20,8 @@ from conformance.report.render import clause_statuses
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.engine
+# One wheel and venv for the module: its tests stay on one xdist worker (the engine session runs -n 2).
+pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("wheel")]
 
 # What the installed suite sees: nothing of the checkout (a PYTHONPATH would import it instead).
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KVCONFORM_STORE", "KVCONFORM_CONNECTOR")}

@@ -334,7 +334,8 @@ def test_a_hanging_connector_is_an_error_once_then_at_once(run_suite):
     tests = run.results["tests"]
     hung = [t for t in tests if "hung in run_worker_step() after 10s" in (t["message"] or "")]
     assert hung and all(t["status"] == "Error" for t in hung), run.output[-3000:]
-    waited = [t for t in tests if t["duration_s"] >= timeout]
+    # Among the hung clauses (another clause may take that long on a busy machine, hanging nothing).
+    waited = [t for t in hung if t["duration_s"] >= timeout]
     assert len(waited) == 1 and "not attempted again" not in waited[0]["message"], tests
     assert all("not attempted again" in t["message"] for t in hung if t is not waited[0])
 
