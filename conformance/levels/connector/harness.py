@@ -431,9 +431,13 @@ class _Pair:
                 f"the connector requires the {required} KV cache layout, so vLLM never gives it {layout}"))
         self.mla = bool(config.model_config.use_mla)
         self.block_size = config.cache_config.block_size  # vLLM may override it (CPU MLA needs 16)
+        # The caller sized the cache in blocks of the size it asked for: where vLLM chose another,
+        # the same number of tokens (4x the blocks of 16 for 64 asked: a prompt sized to fill the
+        # cache would otherwise wait forever for blocks the scheduler never has).
+        blocks = -(-(num_blocks or harness.num_blocks) * block_size // self.block_size)
         layer_names = [f"model.layers.{i}.self_attn.attn"
                        for i in range(config.model_config.get_num_layers(config.parallel_config))]
-        kv_cache_config, self.caches = era.allocate(config, layer_names, num_blocks or harness.num_blocks, self.mla)
+        kv_cache_config, self.caches = era.allocate(config, layer_names, blocks, self.mla)
         self.groups = {name: g for g, group in enumerate(kv_cache_config.kv_cache_groups) for name in group.layer_names}
         _judged_with(len(kv_cache_config.kv_cache_groups))
         self.model_dtype = str(config.model_config.dtype).removeprefix("torch.")
@@ -576,6 +580,11 @@ class _Pair:
                 "to compute, and get_finished never reported them in finished_recving. In such a step vLLM runs no "
                 "layer (kv_connector_no_forward): only bind_connector_metadata, start_load_kv, wait_for_save, "
                 "get_finished and clear_connector_metadata, so an async load must make progress there")
+        unfit = [rid for rid in left
+                 if -(-scheduler.requests[rid].num_tokens // self.block_size) > self.free_at_start]
+        if unfit:  # never the connector's doing: the harness sized the cache
+            raise HarnessError(f"requests {unfit} need more {self.block_size}-token blocks than the cache's "
+                               f"{self.free_at_start}: the harness sized the cache for another block size")
         raise HarnessError(f"{h.connector.label}: requests {left} did not finish within {h.timeout_s:g}s "
                            "(an async load or save that never completes?)")
 
