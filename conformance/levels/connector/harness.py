@@ -584,7 +584,7 @@ class _Pair:
                  if -(-scheduler.requests[rid].num_tokens // self.block_size) > self.free_at_start]
         if unfit:  # never the connector's doing: the harness sized the cache
             raise HarnessError(f"requests {unfit} need more {self.block_size}-token blocks than the cache's "
-                               f"{self.free_at_start}: the harness sized the cache for another block size")
+                               f"{self.free_at_start}: the harness sized the cache too small for them")
         raise HarnessError(f"{h.connector.label}: requests {left} did not finish within {h.timeout_s:g}s "
                            "(an async load or save that never completes?)")
 
