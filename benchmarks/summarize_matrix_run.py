@@ -10,7 +10,7 @@ rerun). Elapsed is first start to last finish of those cells; the speed-up of ``
 of their wall times over that elapsed time (1.0 means no overlap at all).
 
 ``--estimate TIER`` (with ``--matrix``) estimates the tier's mean cell wall from a sample of its cells:
-a cell measured stands for itself, one not measured is stood in for by the mean of the measured cells
+a cell measured stands for itself (not one this machine could not run: ``not_run_here``), one not measured is stood in for by the mean of the measured cells
 with its coordinates but another vLLM (and LMCache) release whose engines start the same way
 (``ENGINE_KINDS``); with ``--published matrix.json``, a cell nothing stands in for takes its published
 wall (counted apart); else it is listed, and the estimate is withheld.
@@ -36,6 +36,13 @@ from conformance.util.versions import version_key
 # take torch 2.13's CPU build from constraints (the rest PyPI's CUDA builds). (first, last, kind)
 ENGINE_KINDS = (((0, 0), (0, 19, 99), "in process, PyPI torch"), ((0, 20), (0, 22, 99), "spawned worker"),
                 ((0, 23), (0, 27, 99), "in process, PyPI torch"), ((0, 28), (99,), "in process"))
+
+
+def not_run_here(doc: dict[str, Any]) -> bool:
+    """Every clause Not runnable: the machine could not run the cell (fp8 KV without AVX-512), so its
+    wall is the cost of finding that out, not of the cell: it stands in for no cell, itself included."""
+    statuses = {t.get("raw_status", t["status"]) for t in doc.get("tests", [])}
+    return statuses <= {"Not runnable", "Disabled"} and "Not runnable" in statuses
 
 
 def load(results_dir: Path, since: datetime | None) -> list[dict[str, Any]]:
@@ -99,9 +106,10 @@ def _stand_in_key(coordinates: dict[str, str]) -> tuple:
 def estimate(tier_cells: list[Cell], docs: list[dict[str, Any]],
              published: dict[str, float] | None = None) -> dict[str, Any]:
     """The tier's mean cell wall, each cell measured, stood in for by its like, or published (module doc)."""
-    measured = {doc["cell"]["id"]: doc["cell"]["wall_s"] for doc in docs}
+    ran = [doc for doc in docs if not not_run_here(doc)]
+    measured = {doc["cell"]["id"]: doc["cell"]["wall_s"] for doc in ran}
     like: dict[tuple, list[float]] = defaultdict(list)
-    for doc in docs:
+    for doc in ran:
         like[_stand_in_key(doc["cell"]["coordinates"])].append(doc["cell"]["wall_s"])
     walls: dict[str, list[float]] = defaultdict(list)
     missing = []
@@ -115,7 +123,8 @@ def estimate(tier_cells: list[Cell], docs: list[dict[str, Any]],
         else:
             missing.append(cell.id)
     every = [w for ws in walls.values() for w in ws]
-    return {"tier_cells": len(tier_cells), **{k: len(walls[k]) for k in ("measured", "stood_in", "published")},
+    return {"tier_cells": len(tier_cells), "not_run_here": len(docs) - len(ran),
+            **{k: len(walls[k]) for k in ("measured", "stood_in", "published")},
             "sum_wall_s": {k: round(sum(ws)) for k, ws in walls.items()}, "not_covered": missing,
             "estimated_sum_of_cell_wall_s": None if missing else round(sum(every)),
             "estimated_mean_cell_wall_s": None if missing else round(sum(every) / len(every), 1)}

@@ -147,6 +147,7 @@ class Matrix:
     default_stack: str | None = None  # what `nox -s quick` installs into the runner's own venv
     exclusions: tuple[Exclusion, ...] = ()
     headlines: tuple[Headline, ...] = ()
+    control_profile: str | None = None  # the controls' own Hypothesis profile on every tier, if named
 
     def cells(self, tier: str) -> list[Cell]:
         """The cells ``tier`` runs, in matrix order (excluded ones left out)."""
@@ -171,7 +172,7 @@ class Matrix:
                 cells += [self._on_stack(cell, stack) for stack in spec["stacks"]
                           for cell in connector_cells(name, spec, _tier_for(t, spec))]
         if tier in self.control_tiers:
-            cells += control_cells(t, self.path.resolve().parent)
+            cells += control_cells(_tier_for(t, {"profile": self.control_profile}), self.path.resolve().parent)
         return [self._expect(c) for c in cells]
 
     def _on_stack(self, cell: Cell, stack: str | None) -> Cell:
@@ -352,10 +353,11 @@ def load(path: Path) -> Matrix:
                 "a non-empty title (the report's row for the matching cells)")
         headlines.append(Headline(_when(spec, path, where), spec["title"].strip()))
     controls = data.get("controls") or {"tiers": []}
-    _keys(controls, path, "controls", {"tiers"}, {"tiers"})
+    _keys(controls, path, "controls", {"tiers", "profile"}, {"tiers"})
+    _profile(controls, path, "controls")
     return Matrix(path, tiers, stores, connectors, tuple(expectations),
                   _tier_list(controls["tiers"], tiers, path, "controls.tiers"), stacks, default_stack,
-                  tuple(exclusions), tuple(headlines))
+                  tuple(exclusions), tuple(headlines), controls.get("profile"))
 
 
 def _when(spec: Mapping[str, Any], path: Path, where: str) -> dict[str, tuple[str, ...]]:

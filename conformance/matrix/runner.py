@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from conformance import __version__
+from conformance.levels.engine import handover
+from conformance.levels.engine.handover import AheadHost
 from conformance.matrix.definition import Cell
+from conformance.matrix.hosts import WarmHosts
 from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements
 from conformance.util import procs
 from conformance.verdict import results
@@ -62,9 +65,9 @@ def suite_command(args: Sequence[str], profile: str, out: Path, junit: Path,
 
 
 def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
-             env: Mapping[str, str] | None = None) -> ResultsDocument:
-    """Run one cell (in its stack's Python, provisioned by ``stacks``; ``env`` added to its environment);
-    always returns and writes its results."""
+             env: Mapping[str, str] | None = None, hosts: WarmHosts | None = None) -> ResultsDocument:
+    """Run one cell (in its stack's Python, provisioned by ``stacks``; ``env`` added to its environment;
+    an engine cell with the engine host ``hosts`` has warm for it); always returns and writes its results."""
     out = result_path(results_dir, cell)
     junit = out.with_suffix(".junit.xml")
     log = out.with_suffix(".log")
@@ -83,8 +86,9 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
     if failed is None:
         run_env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {}),
                    **(env or {})}
-        output, problem = _run_pytest(cmd, out, log, cell.tier.timeout_s, run_env)
-        for written in (log, junit):  # pytest's own files carry what a connector or store printed
+        handed = hosts.take(cell, python, run_env, out.with_suffix(".host.log")) if hosts else None
+        output, problem = _run_pytest(cmd, out, log, cell.tier.timeout_s, run_env, handed)
+        for written in (log, junit, *([handed.log_path] if handed else [])):  # what a connector or store printed
             if written.exists():
                 written.write_text(results.redact_text(written.read_text(errors="replace")))
         output = results.redact_text(output)
@@ -132,13 +136,22 @@ def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True,
     return Provisioner(root, Path(__file__).resolve().parents[2], provision=provision, platform=platform)
 
 
-def _run_pytest(cmd: list[str], out: Path, log: Path, timeout_s: float, env: dict[str, str]) -> tuple[str, str | None]:
+def _run_pytest(cmd: list[str], out: Path, log: Path, timeout_s: float, env: dict[str, str],
+                handed: AheadHost | None = None) -> tuple[str, str | None]:
     """(output, problem): problem is None when pytest wrote its results in time. Its output goes to
-    ``log``; at the deadline its whole process group is killed (what it started in it too)."""
-    proc = procs.spawn(cmd, log, env=env)
-    in_time = procs.finished_within(proc, timeout_s)
-    procs.kill_group(proc)
-    proc.wait()
+    ``log``; at the deadline its whole process group is killed (what it started in it too), and the
+    engine host ``handed`` to it ends after it."""
+    handover_env, fds = handover.spawn_with(handed)
+    try:
+        proc = procs.spawn(cmd, log, env={**env, **handover_env}, pass_fds=fds)
+        if handed is not None:
+            handed.let_go()
+        in_time = procs.finished_within(proc, timeout_s)
+        procs.kill_group(proc)
+        proc.wait()
+    finally:
+        if handed is not None:
+            handed.finish()
     output = log.read_text(errors="replace")
     if not in_time:
         return output, f"cell exceeded its {timeout_s:g}s deadline and was killed"
@@ -235,6 +248,8 @@ def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stac
     if rerun:  # a rerun re-earns everything, the shared engine baselines included
         shutil.rmtree(baselines_dir(results_dir), ignore_errors=True)
     started, stacks = time.monotonic(), stacks or default_provisioner()
+    pending = [c for c in cells if rerun or not is_done(result_path(results_dir, c))]
+    hosts = WarmHosts(pending, Path(results_dir) / ".hosts", jobs)
 
     def one(i: int, cell: Cell) -> ResultsDocument:
         path = result_path(results_dir, cell)
@@ -251,9 +266,12 @@ def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stac
             return doc
         say(f"{prefix} ({time.monotonic() - started:.0f}s elapsed): running on tier {cell.tier.name} "
             f"({cell.tier.profile})")
-        doc = run_cell(cell, results_dir, stacks)
+        doc = run_cell(cell, results_dir, stacks, hosts=hosts)
         say(f"{prefix}: {_summary(doc)} ({doc['cell']['wall_s']:.0f}s)")
         return doc
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, range(1, len(cells) + 1), cells))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            return list(pool.map(one, range(1, len(cells) + 1), cells))
+    finally:
+        hosts.close()

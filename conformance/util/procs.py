@@ -16,19 +16,25 @@ from typing import Mapping, Protocol, Sequence
 
 
 def spawn(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None = None,
-          cwd: Path | None = None, append: bool = False, die_with_parent: bool = False) -> subprocess.Popen:
+          cwd: Path | None = None, append: bool = False, die_with_parent: bool = False,
+          pass_fds: Sequence[int] = ()) -> subprocess.Popen:
     """Start ``argv`` in a new process group, stdout and stderr to ``log_path``, stdin closed.
 
     ``die_with_parent``: the child gets SIGTERM when the suite's process dies (a killed run leaves
-    no server behind); ``env`` is added to this process's environment.
+    no server behind); ``env`` is added to this process's environment; ``pass_fds`` are inherited.
     """
     with open(log_path, "ab" if append else "wb") as log:
         return subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=cwd, start_new_session=True, env={**os.environ, **(env or {})},
+                                pass_fds=tuple(pass_fds),
                                 preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
 
 
-def finished_within(proc: subprocess.Popen, timeout_s: float) -> bool:
+class Awaitable(Protocol):
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def finished_within(proc: Awaitable, timeout_s: float) -> bool:
     """Wait for ``proc``; False when it is still running after ``timeout_s``."""
     try:
         proc.wait(timeout=timeout_s)

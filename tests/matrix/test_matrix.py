@@ -42,7 +42,19 @@ def test_repo_matrix_is_valid_and_quick_tier_has_controls():
     assert all(c.expected_failures for c in cells if c.name.startswith("zoo."))
 
 
+def test_the_controls_profile_holds_on_every_tier_that_runs_them(tmp_path):
+    text = GOOD.replace("  quick: {profile: ci, timeout_s: 300}", "  quick: {profile: ci, timeout_s: 300}\n"
+                        "  full: {profile: deep, timeout_s: 600}").replace("tiers: [quick]", "tiers: [quick, full]")
+    deep = matrix.load(write(tmp_path, text + "controls: {tiers: [full]}\n"))
+    assert {c.tier.profile for c in deep.cells("full") if c.name.startswith("zoo.")} == {"deep"}
+    ci = matrix.load(write(tmp_path, text + "controls: {tiers: [full], profile: ci}\n"))
+    full = ci.cells("full")
+    assert {c.tier.profile for c in full if c.name.startswith("zoo.")} == {"ci"}
+    assert next(c for c in full if c.name == "memory").tier.profile == "deep"  # a subject keeps its tier's
+
+
 @pytest.mark.parametrize("text, says", [
+    (GOOD + "controls: {tiers: [quick], profile: slow}\n", "controls.profile: expected one of ['dev', 'ci', 'deep', 'certify'], got 'slow'"),
     (GOOD.replace("target: memory", "targt: memory"), "stores.memory.targt: expected one of ['profile', 'stacks', 'target', 'tiers'] (unknown key)"),
     (GOOD.replace("tiers: [quick]", "tiers: [quick], profile: slow"), "stores.memory.profile: expected one of ['dev', 'ci', 'deep', 'certify'], got 'slow'"),
     (GOOD.replace("profile: ci", "profile: fast"), "tiers.quick.profile: expected one of ['dev', 'ci', 'deep', 'certify']"),
@@ -376,7 +388,7 @@ def test_cells_run_concurrently_come_back_in_matrix_order(tmp_path, monkeypatch)
     cells = [Cell(f"c{i}", "store", (), Tier("quick", "ci", 60)) for i in range(5)]
     ran: list[str] = []
 
-    def fake_run_cell(cell, results_dir, stacks):
+    def fake_run_cell(cell, results_dir, stacks, **_):
         import time
         time.sleep(0.05 * (5 - int(cell.name[1:])))  # the first cells finish last
         ran.append(cell.name)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+from conformance.levels.engine import handover
 from conformance.util import procs
 
 LOG_TAIL = 3000
@@ -162,7 +163,8 @@ class EngineHost:
     def __init__(self, python: str, log_path: Path, ready_timeout_s: float = 300.0) -> None:
         self.python, self.log_path, self.ready_timeout_s = python, log_path, ready_timeout_s
         self.changed = threading.Condition()
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | handover.HandedHost | None = None
+        self.handed = False  # started ahead by a matrix runner and handed over (``handover``)
         self._children: dict[int, HostedProcess] = {}
         self._started: dict[int, int] = {}  # request id -> pid
         self._next_id = 0
@@ -194,7 +196,8 @@ class EngineHost:
 
     def describe(self) -> dict[str, Any]:
         """What the cell's timings record about the host."""
-        return {"ready_s": self.ready_s, **(self._ready or {}), **({"failed": self.failed} if self.failed else {})}
+        return {"ready_s": self.ready_s, **(self._ready or {}), **({"handed": True} if self.handed else {}),
+                **({"failed": self.failed} if self.failed else {})}
 
     def close(self) -> None:
         if self._proc is None:
@@ -216,10 +219,15 @@ class EngineHost:
         if self._proc is not None:
             return not self._proc_gone() or self._fail("the engine host exited (see its log)")
         started = time.monotonic()
-        with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen([self.python, "-m", "conformance.levels.engine.host"], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=log, start_new_session=True,
-                                          env={**os.environ})
+        adopted = handover.adopt(self.python)  # a host a matrix runner started ahead of this cell
+        if adopted is not None:
+            self._proc, self.log_path = adopted
+            self.handed = True
+        else:
+            with open(self.log_path, "ab") as log:
+                self._proc = subprocess.Popen([self.python, "-m", "conformance.levels.engine.host"],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                              start_new_session=True, env={**os.environ})
         assert self._proc.stdout is not None
         threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="engine-host").start()
         with self.changed:

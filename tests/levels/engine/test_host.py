@@ -9,12 +9,15 @@ session runs every engine-level cell through the host with the real vLLM.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from conformance.levels.engine import handover
 from conformance.levels.engine.launch import EngineHost, run_engine
 from conformance.util.devices import nvidia_gpu
 
@@ -49,7 +52,8 @@ class SamplingParams:
 
 
 @pytest.fixture
-def host(tmp_path, monkeypatch):
+def fake_vllm(tmp_path, monkeypatch):
+    """The stand-in vLLM on PYTHONPATH, for every Python this test starts."""
     fake = tmp_path / "fake"
     (fake / "vllm").mkdir(parents=True)
     (fake / "vllm" / "__init__.py").write_text(textwrap.dedent(FAKE_VLLM))
@@ -58,6 +62,11 @@ def host(tmp_path, monkeypatch):
     (fake / "vllm" / "platforms.py").write_text("class CpuPlatform:\n    device_type = 'cpu'\n\n\n"
                                                 "current_platform = CpuPlatform()\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")]))
+    return fake
+
+
+@pytest.fixture
+def host(fake_vllm, tmp_path):
     engine_host = EngineHost(sys.executable, tmp_path / "host.log", ready_timeout_s=60)
     yield engine_host
     engine_host.close()
@@ -145,3 +154,60 @@ def test_an_engine_killed_by_a_sigkill_the_suite_did_not_send_is_the_suites_erro
     assert not killed.ok and killed.killed and killed.suite_error and not killed.timed_out
     assert "SIGKILL the suite did not send (the kernel's OOM killer" in killed.error
     assert not _run(host, tmp_path, "crash").suite_error  # a crash is the connector's to answer for
+
+
+# A cell as a matrix runner spawns it: its EngineHost adopts the host handed to it, runs one engine
+# and says what its host was.
+CELL = """
+import json, sys
+from pathlib import Path
+from conformance.levels.engine import handover
+from conformance.levels.engine.launch import EngineHost, run_engine
+tmp = Path(sys.argv[1])
+host = EngineHost(sys.executable, tmp / "own-host.log", ready_timeout_s=60)
+spec = {"model": "engine0", "kv_cache_dtype": "auto", "block_size": 32, "batches": []}
+run = run_engine(spec, tmp / "engines", "engine0", timeout_s=60, python=sys.executable, host=host)
+print(json.dumps({"host": host.describe(), "error": run.error}))
+host.close()
+"""
+
+
+def _cell(tmp_path, handed):
+    env, fds = handover.spawn_with(handed)
+    proc = subprocess.Popen([sys.executable, "-c", CELL, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **env}, pass_fds=fds)
+    if handed is not None:
+        handed.let_go()
+    out, _ = proc.communicate(timeout=120)
+    return json.loads(out.splitlines()[-1])
+
+
+def test_a_host_started_ahead_is_adopted_by_the_cell_it_is_handed_to(fake_vllm, tmp_path):
+    ahead = handover.AheadHost(sys.executable, tmp_path / "ahead.log", os.environ)
+    said = _cell(tmp_path, ahead)
+    ahead.finish()  # the cell closed the host's stdin: it ended with its children, and is reaped here
+    assert said["host"].get("handed") is True and "failed" not in said["host"], said
+    assert "engines started in this process: 1," in said["error"]
+    assert not (tmp_path / "own-host.log").exists()  # no host of its own was started
+    assert ahead.proc.returncode == 0
+
+
+def test_a_cell_handed_no_host_starts_its_own_and_a_stale_hand_over_is_ignored(fake_vllm, tmp_path, monkeypatch):
+    monkeypatch.setenv(handover.HANDED_ENV, json.dumps({"pid": 1, "read_fd": 1000, "write_fd": 1001,
+                                                        "python": sys.executable, "log": "x"}))
+    said = _cell(tmp_path, None)  # the runner passes no hand-over on: the outer value never reaches the cell
+    assert "handed" not in said["host"] and said["host"]["ready_s"] is not None
+    monkeypatch.setenv(handover.HANDED_ENV, json.dumps({"pid": 1, "read_fd": 1000, "write_fd": 1001,
+                                                        "python": sys.executable, "log": "x"}))
+    assert handover.adopt(sys.executable) is None  # fds this process does not have: not its host
+
+
+def test_a_host_handed_for_another_python_is_not_adopted_and_ends(fake_vllm, tmp_path, monkeypatch):
+    ahead = handover.AheadHost(sys.executable, tmp_path / "ahead.log", os.environ)
+    env, _ = ahead.handed()
+    handed = json.loads(env[handover.HANDED_ENV])  # as the cell has it: ends of the pipes of its own
+    handed.update(read_fd=os.dup(handed["read_fd"]), write_fd=os.dup(handed["write_fd"]))
+    monkeypatch.setenv(handover.HANDED_ENV, json.dumps(handed))
+    assert handover.adopt("/another/venv/bin/python") is None
+    ahead.finish()
+    assert ahead.proc.returncode != -9  # it left by itself (its pipes closed), not killed at the grace's end

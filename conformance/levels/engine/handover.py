@@ -1,0 +1,127 @@
+"""An engine host started ahead of its cell and handed over to it.
+
+A cell's host imports vLLM before its first engine can start: 9 of an ExampleConnector cell's 29 s
+on two cores (docs/benchmarks.md), on the cell's critical path, paid by every engine cell of a matrix
+run. A matrix runner instead starts the host of a cell's stack Python before the cell (``AheadHost``),
+the next one while that cell runs, and hands it to the cell's pytest as two inherited pipe fds named
+in ``HANDED_ENV``; the cell's ``EngineHost`` adopts it (``adopt``) in place of starting its own. The
+host is the same program either way: it has only imported vLLM, and forks each engine fresh.
+
+The runner keeps what only a parent can do: it reaps the host and kills its group after the cell. The
+cell sees the host's end on its pidfd (a host that died before the cell asked is a host that failed:
+its engines start as fresh processes, as when a host of its own fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+from pathlib import Path
+from typing import IO, Any, Mapping
+
+from conformance.util import procs
+
+HANDED_ENV = "KVCONFORM_ENGINE_HOST"  # {"pid", "read_fd", "write_fd", "python", "log"}: a host handed over
+ENDED_S = 10.0  # a host whose cell closed its stdin has this long to end with its children
+
+
+class AheadHost:
+    """A host the runner started for ``python``, until a cell takes it (``handed``) and ends (``finish``)."""
+
+    def __init__(self, python: str, log_path: Path, env: Mapping[str, str]) -> None:
+        self.python, self.log_path = python, log_path
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen([python, "-m", "conformance.levels.engine.host"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+                                         env={k: v for k, v in env.items() if k != HANDED_ENV})
+
+    def handed(self) -> tuple[dict[str, str], tuple[int, ...]]:
+        """The environment and the fds that hand this host to the process spawned with them."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        read_fd, write_fd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
+        return ({HANDED_ENV: json.dumps({"pid": self.proc.pid, "read_fd": read_fd, "write_fd": write_fd,
+                                         "python": self.python, "log": str(self.log_path)})},
+                (read_fd, write_fd))
+
+    def let_go(self) -> None:
+        """Close the runner's ends of the pipes once the cell has its own: the host sees its cell's
+        end (or death) as the end of its stdin, and the runner never reads what it says."""
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+    def stop(self) -> None:
+        """A host no cell took: killed with its group, imported or not."""
+        self.let_go()
+        procs.kill_group(self.proc)
+        self.proc.wait()
+
+    def finish(self) -> None:
+        """After its cell: the host ended with its children (its stdin closed), or is killed with its group."""
+        self.let_go()
+        if not procs.finished_within(self.proc, ENDED_S):
+            procs.kill_group(self.proc)
+        self.proc.wait()
+
+
+class HandedHost:
+    """The cell's end of a host handed over: read as the ``subprocess.Popen`` an ``EngineHost`` starts
+    (``stdin``, ``stdout``, ``pid``, ``poll``, ``wait``); not this process's child, so its end is
+    seen on a pidfd and its status is the runner's (0 here)."""
+
+    def __init__(self, pid: int, read_fd: int, write_fd: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = os.pidfd_open(pid)  # the runner reaps the host only after this process ended
+        self.stdout: IO[bytes] = os.fdopen(read_fd, "rb")
+        self.stdin: IO[bytes] = os.fdopen(write_fd, "wb")
+        for fd in (read_fd, write_fd):  # a process this one spawns holds no end of the host's pipes
+            os.set_inheritable(fd, False)
+
+    def poll(self) -> int | None:
+        return self._ended(0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._ended(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"engine host {self.pid}", timeout or 0.0)
+        return code
+
+    def _ended(self, timeout: float | None) -> int | None:
+        # The pidfd stays open (one per cell): the reader thread may be waiting on it while another polls.
+        if self.returncode is None and select.select([self._pidfd], [], [], timeout)[0]:
+            self.returncode = 0
+        return self.returncode
+
+
+def adopt(python: str) -> tuple[HandedHost, Path] | None:
+    """The host handed to this process for ``python``, and its log, once (the first caller takes it);
+    None when none was handed, it was handed for another Python, or its fds are not this process's."""
+    raw = os.environ.pop(HANDED_ENV, "")
+    if not raw or not hasattr(os, "pidfd_open"):  # none handed, or not Linux (no pidfds): a host of its own
+        return None
+    try:
+        handed: dict[str, Any] = json.loads(raw)
+        fds = (int(handed["read_fd"]), int(handed["write_fd"]))
+        for fd in fds:
+            os.fstat(fd)
+    except (ValueError, KeyError, TypeError, OSError):  # a stale value an outer process left: not ours
+        return None
+    if os.path.abspath(handed["python"]) != os.path.abspath(python):
+        for fd in fds:  # the host ends when its stdin does: never one that no cell will use
+            os.close(fd)
+        return None
+    try:
+        return HandedHost(int(handed["pid"]), *fds), Path(handed["log"])
+    except OSError:  # gone already (no pidfd): the host failed, as one of the cell's own can
+        for fd in fds:
+            os.close(fd)
+        return None
+
+
+def spawn_with(handed: AheadHost | None) -> tuple[dict[str, str], tuple[int, ...]]:
+    """The environment and fds a cell's pytest is spawned with to take ``handed`` (none: nothing,
+    and no stale hand-over passes through)."""
+    return handed.handed() if handed is not None else ({HANDED_ENV: ""}, ())

@@ -1,0 +1,75 @@
+"""The engine hosts a matrix run keeps warm (conformance/matrix/hosts.py): each engine cell takes one,
+spares are started only for cells of their stack still to come, and none outlives the run. The hosts
+are stand-ins that record what was done to them; tests/levels/engine/test_host.py hands real ones over."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance.matrix import hosts as warm
+from conformance.matrix.definition import Cell, Stack, Tier
+
+TIER = Tier("full", "ci", 600)
+
+
+class FakeHost:
+    started: list[FakeHost] = []
+
+    def __init__(self, python: str, log_path: Path, env) -> None:
+        self.python, self.log_path, self.stopped = python, log_path, False
+        log_path.write_text("host log\n")
+        FakeHost.started.append(self)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.fixture
+def started(monkeypatch):
+    FakeHost.started = []
+    monkeypatch.setattr(warm, "AheadHost", FakeHost)
+    return FakeHost.started
+
+
+def _cell(name, level="engine", stack="vllm-0.32.0", args=()):
+    return Cell(name, level, args, TIER, stack=Stack(stack, "0.32.0", None, {}))
+
+
+def test_each_engine_cell_takes_a_host_and_a_spare_waits_only_for_a_cell_still_to_come(started, tmp_path):
+    cells = [_cell("a"), _cell("b"), _cell("store", level="store"), _cell("c")]
+    pool = warm.WarmHosts(cells, tmp_path / ".hosts")
+    taken = [pool.take(c, "/venv/bin/python", {}, tmp_path / f"{c.name}.host.log") for c in cells]
+    assert taken[2] is None  # a store cell starts no engine
+    assert [h.log_path.name for h in taken if h] == ["a.host.log", "b.host.log", "c.host.log"]
+    assert len(started) == 3  # a's, then the spare b took, then the spare c took; none after the last
+    pool.close()
+    assert not any(h.stopped for h in started) and not (tmp_path / ".hosts").exists()
+
+
+def test_a_spare_is_kept_per_stack_python_and_stopped_when_no_cell_took_it(started, tmp_path):
+    cells = [_cell("a"), _cell("x", stack="vllm-0.31.0"), _cell("b")]
+    pool = warm.WarmHosts(cells, tmp_path / ".hosts")
+    first = pool.take(cells[0], "/v32/bin/python", {}, tmp_path / "a.host.log")
+    other = pool.take(cells[1], "/v31/bin/python", {}, tmp_path / "x.host.log")
+    assert first.python == "/v32/bin/python" and other.python == "/v31/bin/python"
+    assert [h.python for h in started] == ["/v32/bin/python", "/v32/bin/python", "/v31/bin/python"]
+    pool.close()  # b never ran (its stack failed to install, say): its spare is stopped
+    assert [h.stopped for h in started] == [False, True, False]
+
+
+def test_a_cell_that_starts_its_engines_fresh_takes_no_host(started, tmp_path):
+    cell = _cell("fresh", args=("--kv-engine-start=fresh",))
+    assert warm.WarmHosts([cell], tmp_path / ".hosts").take(cell, "/p", {}, tmp_path / "f.log") is None
+    assert started == []
+
+
+def test_with_two_jobs_two_spares_wait(started, tmp_path):
+    cells = [_cell(n) for n in "abcd"]
+    pool = warm.WarmHosts(cells, tmp_path / ".hosts", jobs=2)
+    pool.take(cells[0], "/p", {}, tmp_path / "a.log")
+    assert len(started) == 3  # a's and two spares for b and c, which run beside each other
+    for c in cells[1:]:
+        pool.take(c, "/p", {}, tmp_path / f"{c.name}.log")
+    assert len(started) == 4  # one per cell in all
