@@ -302,5 +302,10 @@ class LMCacheService:
         return self.server.ready_s if self.started else None
 
     def stop(self) -> None:
-        for server in [*self._retired, *([self._spare] if self._spare else []), self.server]:
+        """Stop every server: all asked at once, then each reaped (an idle server takes 4 s to shut
+        down on two cores: one after another, the spare and the server in use cost a cell 8 s)."""
+        servers = [*self._retired, *([self._spare] if self._spare else []), self.server]
+        for server in servers:
+            server.interrupt()
+        for server in servers:
             server.stop()  # a server never started or already gone: nothing to do

@@ -147,3 +147,20 @@ def test_a_spare_asked_for_long_after_its_launch_is_checked_not_timed_out(tmp_pa
         assert server.ready() is server and server.ready_s is not None
     finally:
         server.stop()
+
+
+def test_a_cells_servers_are_all_asked_to_stop_before_any_is_waited_for(tmp_path):
+    """An idle LMCache server takes seconds to shut down: the spare and the server in use are asked
+    together, not one after the other's exit."""
+    from conformance.levels.subject import LMCacheService
+
+    python = fake_server_python(tmp_path)
+    slow_exit = (f"signal.signal(signal.SIGINT, lambda *a: (open({str(tmp_path / 'stops')!r}, 'a').write('asked\\n'), "
+                 f"__import__('time').sleep(1), open({str(tmp_path / 'stops')!r}, 'a').write('left\\n'), sys.exit(0)))")
+    script = tmp_path / "fake_server.py"
+    script.write_text(script.read_text().replace("signal.signal(signal.SIGINT, lambda *a: sys.exit(0))", slow_exit))
+    service = LMCacheService(tmp_path / "lmcache-server.log", chunk_size=64, python=python, spare=True)
+    service.config()
+    service._spare.ready()
+    service.stop()
+    assert (tmp_path / "stops").read_text().split() == ["asked", "asked", "left", "left"]
