@@ -155,8 +155,17 @@ def test_a_cells_servers_are_all_asked_to_stop_before_any_is_waited_for(tmp_path
     from conformance.levels.subject import LMCacheService
 
     python = fake_server_python(tmp_path)
-    slow_exit = (f"signal.signal(signal.SIGINT, lambda *a: (open({str(tmp_path / 'stops')!r}, 'a').write('asked\\n'), "
-                 f"__import__('time').sleep(1), open({str(tmp_path / 'stops')!r}, 'a').write('left\\n'), sys.exit(0)))")
+    stops = str(tmp_path / "stops")
+    # On SIGINT a server says so, then leaves once both were asked (or after 10 s: asked one at a time).
+    slow_exit = ("def leave(*a):\n"
+                 f"    open({stops!r}, 'a').write('asked\\n')\n"
+                 "    import time\n"
+                 "    deadline = time.monotonic() + 10\n"
+                 f"    while open({stops!r}).read().count('asked') < 2 and time.monotonic() < deadline:\n"
+                 "        time.sleep(0.05)\n"
+                 f"    open({stops!r}, 'a').write('left\\n')\n"
+                 "    sys.exit(0)\n"
+                 "signal.signal(signal.SIGINT, leave)")
     script = tmp_path / "fake_server.py"
     script.write_text(script.read_text().replace("signal.signal(signal.SIGINT, lambda *a: sys.exit(0))", slow_exit))
     service = LMCacheService(tmp_path / "lmcache-server.log", chunk_size=64, python=python, spare=True)

@@ -18,17 +18,26 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
     """The harness and what closes it; EraUnavailable when no shim covers the installed vLLM."""
     from conformance.levels.engine.models import materialise
 
-    era = select_era()
-    _check_resolvable(connector)
-    model_dir = Path(model) if Path(model).is_dir() else materialise(model)
-    extra, close, lose = {}, (lambda: None), None
-    if LMCacheService.wanted_by(connector):
+    service = None
+    if LMCacheService.wanted_by(connector):  # its imports beside vLLM's: awaited at config() below
         service = LMCacheService(workdir / "lmcache-server.log", chunk_size=LMCACHE_CHUNK_SIZE)
-        extra, close = service.config(), service.stop
+        service.launch()
+    try:
+        era = select_era()
+        _check_resolvable(connector)
+        model_dir = Path(model) if Path(model).is_dir() else materialise(model)
+    except BaseException:
+        if service is not None:
+            service.stop()
+        raise
+    extra, close, lose = {}, (lambda: None), None
+    if service is not None:
+        running = service
+        extra, close = running.config(), running.stop
 
         def lose() -> str:
-            how = service.lose()
-            extra.update(service.config())  # new ports
+            how = running.lose()
+            extra.update(running.config())  # new ports
             return how
 
     era = _with_required_layout(era, connector, model_dir, workdir, extra)

@@ -1,0 +1,58 @@
+"""A matrix run's engine cells on the host it kept warm for them, with the real vLLM: each cell's
+engines are forked from a host the runner started and handed over, and no host outlives the run.
+(tests/levels/engine/test_host.py hands hosts over with a stand-in vLLM; this is the whole path.)"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conformance.matrix import definition as matrix
+from conformance.matrix import runner
+from conformance.verdict.status import Status
+
+pytestmark = pytest.mark.engine
+
+MATRIX = """schema: kvconform.matrix/1
+tiers:
+  quick: {profile: ci, timeout_s: 900}
+stores: {}
+connectors:
+  ex: {connector: ExampleConnector, capabilities: [persistent], models: [qwen3-tiny],
+       kv_cache_dtypes: [auto, bfloat16], levels: [engine], tiers: [quick]}
+"""
+
+
+def test_each_engine_cell_runs_on_a_host_handed_to_it_and_none_outlives_the_run(tmp_path):
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX)
+    cells = matrix.load(path).cells("quick")
+    assert [c.level for c in cells] == ["engine", "engine"]
+    docs = runner.run_cells(cells, tmp_path / "results", say=lambda line: None)
+    for doc in docs:
+        timings = doc["connector"]["engine_timings"]
+        assert timings["engine_host"].get("handed") is True, timings["engine_host"]
+        assert "failed" not in timings["engine_host"] and timings["vllm_imports"] == 1
+        assert Status.ERROR.value not in doc["summary"], json.dumps(doc["summary"])
+        assert doc["summary"].get(Status.PASS.value, 0) >= 8  # the engine clauses ExampleConnector passes
+    assert sorted(p.name for p in (tmp_path / "results").glob("*.host.log")) == [
+        f"{c.file_stem}.host.log" for c in cells]
+    assert not (tmp_path / "results" / ".hosts").exists()
+    assert _hosts_of(os.getpid()) == []  # every host the runner started was stopped
+
+
+def _hosts_of(parent: int) -> list[int]:
+    """The engine hosts still running whose parent is ``parent``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and b"conformance.levels.engine.host" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
