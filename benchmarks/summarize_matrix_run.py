@@ -125,7 +125,8 @@ def estimate(tier_cells: list[Cell], docs: list[dict[str, Any]],
     every = [w for ws in walls.values() for w in ws]
     return {"tier_cells": len(tier_cells), "not_run_here": len(docs) - len(ran),
             **{k: len(walls[k]) for k in ("measured", "stood_in", "published")},
-            "sum_wall_s": {k: round(sum(ws)) for k, ws in walls.items()}, "not_covered": missing,
+            "sum_wall_s": {k: round(sum(ws)) for k, ws in walls.items()},
+            "mean_wall_s": {k: round(sum(ws) / len(ws), 1) for k, ws in walls.items() if ws}, "not_covered": missing,
             "estimated_sum_of_cell_wall_s": None if missing else round(sum(every)),
             "estimated_mean_cell_wall_s": None if missing else round(sum(every) / len(every), 1)}
 
