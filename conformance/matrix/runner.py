@@ -248,7 +248,9 @@ def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stac
     if rerun:  # a rerun re-earns everything, the shared engine baselines included
         shutil.rmtree(baselines_dir(results_dir), ignore_errors=True)
     started, stacks = time.monotonic(), stacks or default_provisioner()
-    pending = [c for c in cells if rerun or not is_done(result_path(results_dir, c))]
+    platforms = machine_platforms()
+    pending = [c for c in cells if (rerun or not is_done(result_path(results_dir, c)))
+               and platforms.get(c.tier.platform) is None]  # the cells that will start engines here
     hosts = WarmHosts(pending, Path(results_dir) / ".hosts", jobs)
 
     def one(i: int, cell: Cell) -> ResultsDocument:
