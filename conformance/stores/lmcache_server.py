@@ -58,6 +58,7 @@ class LMCacheServer:
         self.ready_s: float | None = None
         self.owner = os.getpid()  # the process that started it
         self._launched, self._logged = 0.0, 0  # when the process started; its log's size before
+        self._interrupted: subprocess.Popen | None = None  # the process ``interrupt`` asked to stop
 
     def connector_config(self) -> dict[str, Any]:
         return {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": self.port, "lmcache.mp.mq_timeout": 60.0}
@@ -137,14 +138,21 @@ class LMCacheServer:
             return False
 
     def stop(self, grace_s: float = 15) -> None:
+        """Ask it to stop (SIGINT) unless ``interrupt`` did (a second SIGINT lands in its shutdown
+        and breaks it off), give it ``grace_s``, then kill its group; reaped either way."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        procs.stop(self.proc, grace_s=grace_s, first=signal.SIGINT)
+        if self._interrupted is not self.proc:
+            procs.kill_group(self.proc, signal.SIGINT)
+        if not procs.finished_within(self.proc, grace_s):
+            procs.kill_group(self.proc)
+        self.proc.wait()
 
     def interrupt(self) -> None:
         """Ask it to stop (SIGINT, as ``stop``) without waiting: ``stop`` reaps it later."""
         if self.proc is not None and self.proc.poll() is None:
             procs.kill_group(self.proc, signal.SIGINT)
+            self._interrupted = self.proc
 
     def restart(self) -> None:
         """Stop and start again: everything it held is lost (the lost-storage scenario). In a forked
