@@ -41,11 +41,12 @@ class WarmHosts:
         ``log_path``; None for a cell that takes none. Starts the spares its stack's next cells take."""
         if not takes_host(cell):
             return None
+        stack = _stack(cell)
         with self._lock:
-            self._remaining[_stack(cell)] -= 1
+            self._remaining[stack] -= 1
             spares = self._spares[python]
             host = spares.pop(0) if spares else self._start(python, env)
-            while len(spares) < min(self._jobs, self._remaining[_stack(cell)]):
+            while len(spares) < min(self._jobs, self._remaining[stack]):
                 spares.append(self._start(python, env))
         host.log_path = host.log_path.rename(log_path)  # the host writes on: an open file follows its rename
         return host

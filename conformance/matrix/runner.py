@@ -248,15 +248,15 @@ def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stac
     if rerun:  # a rerun re-earns everything, the shared engine baselines included
         shutil.rmtree(baselines_dir(results_dir), ignore_errors=True)
     started, stacks = time.monotonic(), stacks or default_provisioner()
+    done = {c.id for c in cells if not rerun and is_done(result_path(results_dir, c))}
     platforms = machine_platforms()
-    pending = [c for c in cells if (rerun or not is_done(result_path(results_dir, c)))
-               and platforms.get(c.tier.platform) is None]  # the cells that will start engines here
-    hosts = WarmHosts(pending, Path(results_dir) / ".hosts", jobs)
+    hosts = WarmHosts([c for c in cells if c.id not in done and platforms.get(c.tier.platform) is None],
+                      Path(results_dir) / ".hosts", jobs)  # the cells that will start engines here
 
     def one(i: int, cell: Cell) -> ResultsDocument:
         path = result_path(results_dir, cell)
         prefix = f"[{i}/{len(cells)}] {cell.id}"
-        if not rerun and is_done(path):
+        if cell.id in done:
             doc = json.loads(path.read_text())
             before = doc["summary"]
             apply_expectations(doc, cell)  # matrix.yaml's expectations as they are now

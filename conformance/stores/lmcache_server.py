@@ -142,11 +142,7 @@ class LMCacheServer:
         and breaks it off), give it ``grace_s``, then kill its group; reaped either way."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        if self._interrupted is not self.proc:
-            procs.kill_group(self.proc, signal.SIGINT)
-        if not procs.finished_within(self.proc, grace_s):
-            procs.kill_group(self.proc)
-        self.proc.wait()
+        procs.stop(self.proc, grace_s=grace_s, first=None if self._interrupted is self.proc else signal.SIGINT)
 
     def interrupt(self) -> None:
         """Ask it to stop (SIGINT, as ``stop``) without waiting: ``stop`` reaps it later."""

@@ -55,10 +55,12 @@ def kill_group(proc: GroupLeader, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def stop(proc: subprocess.Popen, *, grace_s: float, first: int = signal.SIGTERM) -> None:
-    """Ask the group to stop with ``first``; SIGKILL it after ``grace_s``; reap ``proc``."""
+def stop(proc: subprocess.Popen, *, grace_s: float, first: int | None = signal.SIGTERM) -> None:
+    """Ask the group to stop with ``first`` (None: it was asked already, and a second signal would land
+    in its shutdown); SIGKILL it after ``grace_s``; reap ``proc``."""
     if proc.poll() is None:
-        kill_group(proc, first)
+        if first is not None:
+            kill_group(proc, first)
         if finished_within(proc, grace_s):
             return
     kill_group(proc)

@@ -27,15 +27,21 @@ HANDED_ENV = "KVCONFORM_ENGINE_HOST"  # {"pid", "read_fd", "write_fd", "python",
 ENDED_S = 10.0  # a host whose cell closed its stdin has this long to end with its children
 
 
+def start_host(python: str, log_path: Path, env: Mapping[str, str]) -> subprocess.Popen:
+    """``conformance.levels.engine.host`` in ``python``: its protocol on pipes, its stderr to ``log_path``,
+    in a session of its own; a hand-over in ``env`` is not passed on to it."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([python, "-m", "conformance.levels.engine.host"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+                                env={k: v for k, v in env.items() if k != HANDED_ENV})
+
+
 class AheadHost:
     """A host the runner started for ``python``, until a cell takes it (``handed``) and ends (``finish``)."""
 
     def __init__(self, python: str, log_path: Path, env: Mapping[str, str]) -> None:
         self.python, self.log_path = python, log_path
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen([python, "-m", "conformance.levels.engine.host"], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log, start_new_session=True,
-                                         env={k: v for k, v in env.items() if k != HANDED_ENV})
+        self.proc = start_host(python, log_path, env)
 
     def handed(self) -> tuple[dict[str, str], tuple[int, ...]]:
         """The environment and the fds that hand this host to the process spawned with them."""
@@ -109,16 +115,14 @@ def adopt(python: str) -> tuple[HandedHost, Path] | None:
             os.fstat(fd)
     except (ValueError, KeyError, TypeError, OSError):  # a stale value an outer process left: not ours
         return None
-    if os.path.abspath(handed["python"]) != os.path.abspath(python):
-        for fd in fds:  # the host ends when its stdin does: never one that no cell will use
-            os.close(fd)
-        return None
-    try:
-        return HandedHost(int(handed["pid"]), *fds), Path(handed["log"])
-    except OSError:  # gone already (no pidfd): the host failed, as one of the cell's own can
-        for fd in fds:
-            os.close(fd)
-        return None
+    if os.path.abspath(handed["python"]) == os.path.abspath(python):
+        try:
+            return HandedHost(int(handed["pid"]), *fds), Path(handed["log"])
+        except OSError:  # gone already (no pidfd): the host failed, as one of the cell's own can
+            pass
+    for fd in fds:  # the host ends when its stdin does: never one that no cell will use
+        os.close(fd)
+    return None
 
 
 def spawn_with(handed: AheadHost | None) -> tuple[dict[str, str], tuple[int, ...]]:

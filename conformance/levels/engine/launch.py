@@ -224,10 +224,7 @@ class EngineHost:
             self._proc, self.log_path = adopted
             self.handed = True
         else:
-            with open(self.log_path, "ab") as log:
-                self._proc = subprocess.Popen([self.python, "-m", "conformance.levels.engine.host"],
-                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                              start_new_session=True, env={**os.environ})
+            self._proc = handover.start_host(self.python, self.log_path, os.environ)
         assert self._proc.stdout is not None
         threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="engine-host").start()
         with self.changed:
