@@ -9,8 +9,9 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
+from conformance.stores.lmcache_forks import ForkServer
 from conformance.stores.lmcache_server import LMCacheServer
 
 STORAGE = "{storage}"  # in a connector's extra config: the private directory the suite gives each run
@@ -238,8 +239,10 @@ class LMCacheService:
 
     LOST = "restarted the LMCache server (its L1 store is lost)"
 
-    def __init__(self, log: Path, *, chunk_size: int, python: str | None = None, spare: bool = False) -> None:
+    def __init__(self, log: Path, *, chunk_size: int, python: str | None = None, spare: bool = False,
+                 forks: ForkServer | None = None) -> None:
         self._log, self._chunk_size, self._python = log, chunk_size, python or sys.executable
+        self._forks = forks  # where its servers are forked from, if anywhere (``LMCacheServer``)
         self.server = self._new(log)
         self.started = False
         self._spare: LMCacheServer | None = None
@@ -248,7 +251,7 @@ class LMCacheService:
         self._count = 0
 
     def _new(self, log: Path) -> LMCacheServer:
-        return LMCacheServer(log, chunk_size=self._chunk_size, python=self._python)
+        return LMCacheServer(log, chunk_size=self._chunk_size, python=self._python, forks=self._forks)
 
     @staticmethod
     def wanted_by(connector: ConnectorChoice) -> bool:
@@ -302,9 +305,15 @@ class LMCacheService:
         return self.server.ready_s if self.started else None
 
     def stop(self) -> None:
-        """Stop every server: all asked at once, then each reaped (an idle server takes 4 s to shut
-        down on two cores: one after another, the spare and the server in use cost a cell 8 s)."""
-        servers = [*self._retired, *([self._spare] if self._spare else []), self.server]
+        """Stop every server it started (``stop_all``)."""
+        self.stop_all([self])
+
+    @staticmethod
+    def stop_all(services: Iterable[LMCacheService]) -> None:
+        """Stop every server of ``services``: all asked at once, then each reaped (an idle server takes
+        4 s to shut down on two cores: one after another, the spare and the server in use cost a cell 8 s)."""
+        servers = [server for service in services
+                   for server in (*service._retired, *([service._spare] if service._spare else []), service.server)]
         for server in servers:
             server.interrupt()
         for server in servers:

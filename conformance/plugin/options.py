@@ -91,8 +91,7 @@ def add_options(parser: pytest.Parser) -> None:
                           "(the default); fresh: each engine is a new Python process, importing vLLM itself")
     engine.addoption(ENGINE_LANES, type=int, default=2, choices=[1, 2], metavar="N",
                      help="2 (the default): the roles whose storage no other role touches (the format twin's "
-                          "baseline, LoRA, block reuse) run beside the rest once the baseline ran (never with a "
-                          "server the suite starts); 1: one engine at a time")
+                          "baseline, LoRA, block reuse) run beside the rest once the baseline ran; 1: one engine at a time")
     engine.addoption(ENGINE_BASELINES, default=None, metavar="DIR",
                      help="share no-connector baseline runs through DIR across cells (a matrix run passes "
                           "its results' baselines/); default: every cell starts its own")

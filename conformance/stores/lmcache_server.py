@@ -21,6 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from conformance.stores.lmcache_forks import SERVER_ENV, SERVER_MODULE, Forked, ForkServer
 from conformance.util import procs
 from conformance.util.versions import version_key
 
@@ -49,16 +50,17 @@ BIND_ATTEMPTS = 3
 
 class LMCacheServer:
     def __init__(self, log_path: Path, *, chunk_size: int = 64, l1_size_gb: float = 0.25,
-                 python: str = sys.executable, ready_timeout_s: float = 120) -> None:
+                 python: str = sys.executable, ready_timeout_s: float = 120, forks: ForkServer | None = None) -> None:
+        """``forks``: a fork server of ``python``'s that forks the server instead of a fresh process."""
         self.log_path = Path(log_path)
         self.chunk_size, self.l1_size_gb, self.python = chunk_size, l1_size_gb, python
-        self.ready_timeout_s = ready_timeout_s
-        self.proc: subprocess.Popen | None = None
+        self.ready_timeout_s, self.forks = ready_timeout_s, forks
+        self.proc: subprocess.Popen | Forked | None = None
         self.port = self.http_port = 0
         self.ready_s: float | None = None
         self.owner = os.getpid()  # the process that started it
         self._launched, self._logged = 0.0, 0  # when the process started; its log's size before
-        self._interrupted: subprocess.Popen | None = None  # the process ``interrupt`` asked to stop
+        self._interrupted: subprocess.Popen | Forked | None = None  # the process ``interrupt`` asked to stop
 
     def connector_config(self) -> dict[str, Any]:
         return {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": self.port, "lmcache.mp.mq_timeout": 60.0}
@@ -74,14 +76,16 @@ class LMCacheServer:
         self._check_version()
         self._logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.port, self.http_port, prometheus = procs.free_ports(3)
-        cmd = [self.python, "-m", "lmcache.v1.multiprocess.http_server", "--host", "127.0.0.1",
-               "--port", str(self.port), "--http-host", "127.0.0.1", "--http-port", str(self.http_port),
-               "--prometheus-port", str(prometheus), "--chunk-size", str(self.chunk_size),
-               "--l1-size-gb", str(self.l1_size_gb), "--eviction-policy", "LRU",
-               "--supported-transfer-mode", "auto"]
+        args = ["--host", "127.0.0.1", "--port", str(self.port), "--http-host", "127.0.0.1",
+                "--http-port", str(self.http_port), "--prometheus-port", str(prometheus),
+                "--chunk-size", str(self.chunk_size), "--l1-size-gb", str(self.l1_size_gb),
+                "--eviction-policy", "LRU", "--supported-transfer-mode", "auto"]
         self._launched, self.ready_s = time.monotonic(), None
-        # Ends with the process that started it: a forked child's own server (``restart``) too.
-        self.proc = procs.spawn(cmd, self.log_path, env={"HF_HUB_OFFLINE": "1"}, append=True, die_with_parent=True)
+        if self.forks is not None and self.forks.usable():
+            self.proc = self.forks.fork(args, self.log_path)
+        else:  # ends with the process that started it: a forked child's own server (``restart``) too
+            self.proc = procs.spawn([self.python, "-m", SERVER_MODULE, *args], self.log_path, env=SERVER_ENV,
+                                    append=True, die_with_parent=True)
         self.owner = os.getpid()
 
     def ready(self) -> LMCacheServer:
@@ -92,7 +96,10 @@ class LMCacheServer:
             try:
                 return self._await_ready()
             except RuntimeError:
-                lost_race = b"Address already in use" in self.log_path.read_bytes()[self._logged:]
+                try:
+                    lost_race = b"Address already in use" in self.log_path.read_bytes()[self._logged:]
+                except OSError:  # no log: it never ran (a fork that failed)
+                    lost_race = False
                 if not lost_race or attempt == BIND_ATTEMPTS:
                     raise
                 self.launch()
@@ -107,7 +114,10 @@ class LMCacheServer:
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"LMCache server exited with {self.proc.returncode} before it was ready:\n"
+                if isinstance(self.proc, Forked) and self.proc.error:
+                    raise RuntimeError(f"LMCache server could not be forked: {self.proc.error}")
+                code = f" with {self.proc.returncode}" if isinstance(self.proc, subprocess.Popen) else ""
+                raise RuntimeError(f"LMCache server exited{code} before it was ready:\n"
                                    + procs.log_tail(self.log_path, 2000))
             if self._healthy():
                 self.ready_s = round(time.monotonic() - self._launched, 2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -27,7 +28,7 @@ def spawn(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None 
         return subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=cwd, start_new_session=True, env={**os.environ, **(env or {})},
                                 pass_fds=tuple(pass_fds),
-                                preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None)
+                                preexec_fn=end_with_parent if die_with_parent and sys.platform == "linux" else None)
 
 
 class Awaitable(Protocol):
@@ -44,18 +45,27 @@ def finished_within(proc: Awaitable, timeout_s: float) -> bool:
 
 
 class GroupLeader(Protocol):
-    pid: int
+    @property
+    def pid(self) -> int | None: ...
+
+
+class Process(GroupLeader, Awaitable, Protocol):
+    """What ``stop`` takes: a ``subprocess.Popen``, or a process watched on a pidfd (``NotChild``)."""
+
+    def poll(self) -> int | None: ...
 
 
 def kill_group(proc: GroupLeader, sig: int = signal.SIGKILL) -> None:
-    """Send ``sig`` to the process group ``proc`` leads (gone already: nothing to do)."""
+    """Send ``sig`` to the process group ``proc`` leads (gone already, or never started: nothing to do)."""
+    if proc.pid is None:
+        return
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def stop(proc: subprocess.Popen, *, grace_s: float, first: int | None = signal.SIGTERM) -> None:
+def stop(proc: Process, *, grace_s: float, first: int | None = signal.SIGTERM) -> None:
     """Ask the group to stop with ``first`` (None: it was asked already, and a second signal would land
     in its shutdown); SIGKILL it after ``grace_s``; reap ``proc``."""
     if proc.poll() is None:
@@ -92,9 +102,35 @@ def free_ports(n: int) -> list[int]:
         return ports
 
 
-def _die_with_parent() -> None:
+def end_with_parent() -> None:
     """In the child: SIGTERM when the parent dies."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM (Linux)
     except (OSError, AttributeError):
         pass
+
+
+class NotChild:
+    """A process this one did not start, watched on a pidfd (Linux), read as the ``subprocess.Popen``
+    the suite's helpers take (``pid``, ``poll``, ``wait``, ``returncode``). Its exit status is its
+    parent's to collect: ``returncode`` is 0 once it ended, whatever its status was."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = os.pidfd_open(pid)  # OSError (ProcessLookupError) when it is gone already
+
+    def poll(self) -> int | None:
+        return self._ended(0.0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._ended(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(f"process {self.pid}", timeout or 0.0)
+        return code
+
+    def _ended(self, timeout: float | None) -> int | None:
+        # The pidfd stays open: a thread may be waiting on it while another polls.
+        if self.returncode is None and select.select([self._pidfd], [], [], timeout)[0]:
+            self.returncode = 0
+        return self.returncode

@@ -26,6 +26,7 @@ from conformance.contract.spec import same_width_twin
 from conformance.levels.engine.baselines import BaselineStore
 from conformance.levels.engine.launch import EngineHost, EngineRun, run_engine, serving_engine
 from conformance.levels.subject import ConnectorChoice, LMCacheService, side_channel_ports
+from conformance.stores.lmcache_forks import ForkServer
 from conformance.verdict.guard import HarnessError
 
 VOCAB_LOW, VOCAB_HIGH = 4, 2048
@@ -74,6 +75,19 @@ LORA = "lora"  # the same with LoRA enabled: stores for the base model, then ask
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
 COLD_ROLES = (SAME_ENGINE, "store", LORA, "reuse_store")  # the first engine over its (empty) storage
+# Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
+# connector the suite starts LMCache's server for, a server of its own (``EngineCell.server``). The
+# roles that must start cold or run on the second lane have one each, so none warms, empties or
+# waits for another's; the cross-engine roles (store, load, the format twin, after a loss) share ACROSS.
+ACROSS = ""
+WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", **dict.fromkeys(PD_ROLES, "pd"),
+          **dict.fromkeys(REUSE_ROLES, "reuse")}
+
+
+def world_of(role: str) -> str:
+    return WORLDS.get(role, ACROSS)
+
+
 NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells (BaselineStore)
 # Roles whose engine settings the baseline does not share (LoRA on; a cache of a few blocks): when
 # one fails, the same engine without the connector says whether vLLM runs those settings here at all.
@@ -128,40 +142,48 @@ class EngineCell:
         self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
         self.batches = prompt_batches(block_size)
         self.runs: dict[str, EngineRun] = {}
-        self.server = (LMCacheService(workdir / "lmcache-server.log", chunk_size=2 * block_size, python=python,
-                                      spare=True)
-                       if LMCacheService.wanted_by(connector) else None)
-        if self.server is not None:
-            self.server.launch()  # up while vLLM is imported and the baseline runs
+        # LMCache's servers the suite starts, one per world (``server``), each forked from one process
+        # that imported LMCache once (a world's server costs a fork, not an import); none for other connectors.
+        self.servers: dict[str, LMCacheService] | None = None
+        self._forks: ForkServer | None = None
+        if LMCacheService.wanted_by(connector):
+            self.servers, self._forks = {}, ForkServer(python, workdir / "lmcache-forks.log")
+        for world in (world_of(SAME_ENGINE), ACROSS):  # the first worlds asked for: up while the baseline runs
+            self.server(world)
         self.loss = ""  # how the suite last damaged the storage (lose_storage); "" while intact
-        # Where the connector keeps what it stores ("{storage}" in its extra config): one directory
-        # for the cross-engine roles, another for the same-engine role, so neither warms the other.
-        self.storage = workdir / "storage"
-        self.private_storage = workdir / "storage-same-engine"
-        self.pd_storage = workdir / "storage-pd"  # a P/D pair's (its rendezvous, for one that needs it)
-        self.lora_storage = workdir / "storage-lora"  # the LoRA engine's, cold as the same-engine one's
-        self.reuse_storage = workdir / "storage-reuse"  # the block-reuse pair's
-        self._world: str | None = None  # which of the two last used the server: a switch restarts it
+        self.storage = self.storage_of(ACROSS)  # what the store engine writes and lose_storage damages
         # Two lanes: the SECOND_LANE roles of the clauses selected (``clauses``) run beside the rest.
-        # Not with a server the suite starts: the roles' worlds take turns on it.
-        self.lanes = lanes if self.server is None else 1
+        self.lanes = lanes
         self._ahead_roles = list(dict.fromkeys(r for c in clauses for r in SECOND_LANE.get(c, ())))
         self._ahead: dict[str, Future[EngineRun]] = {}
         self._lane: ThreadPoolExecutor | None = None
 
     # -- connector infrastructure ---------------------------------------------------------------
+    def storage_of(self, world: str) -> Path:
+        """Where the connector keeps what ``world``'s engines store ("{storage}" in its extra config)."""
+        return self.workdir / ("storage" + (f"-{world}" if world else ""))
+
+    def server(self, world: str) -> LMCacheService | None:
+        """``world``'s LMCache server (None for a connector that needs none), launched on the first ask
+        from the asking thread, which it ends with (its ``config`` waits until it is up). The
+        cross-engine world keeps a spare: lose_storage switches to it."""
+        if self.servers is None:
+            return None
+        service = self.servers.get(world)
+        if service is None:
+            log = self.workdir / f"lmcache-server{f'-{world}' if world else ''}.log"
+            service = self.servers[world] = LMCacheService(log, chunk_size=2 * self.block_size, python=self.python,
+                                                           spare=world == ACROSS, forks=self._forks)
+            service.launch()
+        return service
+
     def _connector_extra(self, role: str) -> dict[str, Any]:
-        """What the suite started for the connector (LMCache's server), empty where nothing is needed;
-        a server is restarted (emptied) when the same-engine role and the cross-engine roles switch,
-        so that each starts cold."""
-        if self.server is None:
+        """What the suite started for the connector (its world's LMCache server), empty where nothing is needed."""
+        service = self.server(world_of(role))
+        if service is None:
             return {}
-        world = {SAME_ENGINE: "same", LORA: "lora"}.get(role, "across")
         try:
-            if self.server.started and self._world not in (None, world):
-                self.server.lose()
-            self._world = world
-            return self.server.config()
+            return service.config()
         except (RuntimeError, OSError) as exc:  # TimeoutError too: the suite's server, never the connector's verdict
             raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
 
@@ -178,8 +200,9 @@ class EngineCell:
                 data = f.read_bytes()
                 f.write_bytes(data[: len(data) // 2])  # truncated mid-tensor, as a full disk leaves it
             done.append(f"truncated the {len(files)} files the connector stored to half their size")
-        if self.server is not None and self.server.started:  # both, when both hold KV (MultiConnector)
-            done.append(self.server.lose())
+        across = (self.servers or {}).get(ACROSS)
+        if across is not None and across.started:  # both, when both hold KV (MultiConnector)
+            done.append(across.lose())
         if done:
             return " and ".join(done)
         raise NotRunnable(f"the suite cannot reach the storage of {self.connector.label} to damage it "
@@ -190,8 +213,10 @@ class EngineCell:
             self._lane.shutdown(wait=True, cancel_futures=True)
         if self.host is not None:
             self.host.close()
-        if self.server is not None:
-            self.server.stop()
+        if self.servers:
+            LMCacheService.stop_all(self.servers.values())
+        if self._forks is not None:
+            self._forks.stop()
 
     # -- engines --------------------------------------------------------------------------------
     def _spec(self, kv_cache_dtype: str, role: str | None, batches: list[str],
@@ -203,9 +228,7 @@ class EngineCell:
                                 "batches": [self.batches[b] for b in batches]
                                 + [{**self.batches[b], "phase": 1} for b in reload or []]}
         if role is not None:
-            storage = {SAME_ENGINE: self.private_storage, LORA: self.lora_storage,
-                       **dict.fromkeys(PD_ROLES, self.pd_storage),
-                       **dict.fromkeys(REUSE_ROLES, self.reuse_storage)}.get(role, self.storage)
+            storage = self.storage_of(world_of(role))
             storage.mkdir(parents=True, exist_ok=True)
             kv_role = {"producer": "kv_producer", "consumer": "kv_consumer"}.get(role)
             spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage),
@@ -278,6 +301,9 @@ class EngineCell:
         """Start the second lane's roles, in order, on a thread of their own (once)."""
         if self.lanes < 2 or self._lane is not None or not self._ahead_roles:
             return
+        for role in self._ahead_roles:  # their servers from this thread, which outlives the lane's
+            if connected(role):
+                self.server(world_of(role))
         self._lane = ThreadPoolExecutor(1, thread_name_prefix=LANE_THREAD)
         for role in self._ahead_roles:  # each registered before any runs: never started twice
             self._ahead[role] = self._lane.submit(self._start, role)
@@ -285,9 +311,7 @@ class EngineCell:
     def _start(self, role: str) -> EngineRun:
         intact = ["store", "load", "twin_load"]
         needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact,
-                 "reuse_load": ["reuse_store"],
-                 # A server is emptied when the roles switch worlds: the same-engine role goes first.
-                 "store": [SAME_ENGINE] if self.server is not None else []}
+                 "reuse_load": ["reuse_store"]}
         for dep in needs.get(role, []):
             try:
                 self.run(dep)
@@ -415,7 +439,8 @@ class EngineCell:
                        "batches_s": r.result.get("t_batches_s"),
                        **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
                 for role, r in self.runs.items()} | {
-            "lmcache_server_ready_s": self.server.ready_s if self.server else None,
+            "lmcache_servers_ready_s": {world or "across": s.ready_s for world, s in (self.servers or {}).items()
+                                        if s.ready_s is not None} or None,
             "engine_host": host, "engine_starts": len(started), "lanes": self.lanes,
             "vllm_imports": sum(r.result.get("imported_vllm") is True for r in started)
             + bool(host and host.get("ready_s") is not None)}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 from pathlib import Path
 from typing import IO, Any, Mapping
@@ -72,34 +71,17 @@ class AheadHost:
         self.proc.wait()
 
 
-class HandedHost:
+class HandedHost(procs.NotChild):
     """The cell's end of a host handed over: read as the ``subprocess.Popen`` an ``EngineHost`` starts
     (``stdin``, ``stdout``, ``pid``, ``poll``, ``wait``); not this process's child, so its end is
     seen on a pidfd and its status is the runner's (0 here)."""
 
     def __init__(self, pid: int, read_fd: int, write_fd: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-        self._pidfd = os.pidfd_open(pid)  # the runner reaps the host only after this process ended
+        super().__init__(pid)  # the runner reaps the host only after this process ended
         self.stdout: IO[bytes] = os.fdopen(read_fd, "rb")
         self.stdin: IO[bytes] = os.fdopen(write_fd, "wb")
         for fd in (read_fd, write_fd):  # a process this one spawns holds no end of the host's pipes
             os.set_inheritable(fd, False)
-
-    def poll(self) -> int | None:
-        return self._ended(0.0)
-
-    def wait(self, timeout: float | None = None) -> int:
-        code = self._ended(timeout)
-        if code is None:
-            raise subprocess.TimeoutExpired(f"engine host {self.pid}", timeout or 0.0)
-        return code
-
-    def _ended(self, timeout: float | None) -> int | None:
-        # The pidfd stays open (one per cell): the reader thread may be waiting on it while another polls.
-        if self.returncode is None and select.select([self._pidfd], [], [], timeout)[0]:
-            self.returncode = 0
-        return self.returncode
 
 
 def adopt(python: str) -> tuple[HandedHost, Path] | None:

@@ -1,0 +1,64 @@
+"""LMCache's servers forked from one fork server (the real LMCache): each its own session and log,
+each stopped as a server the suite spawned is; one the fork server cannot give says why; a forked
+child of the suite never writes to its parent's fork server."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from conformance.levels.subject import LMCacheService
+from conformance.stores.lmcache_forks import ForkServer
+
+pytestmark = pytest.mark.engine
+
+
+def test_servers_forked_from_one_fork_server_serve_and_stop(tmp_path):
+    forks = ForkServer(sys.executable, tmp_path / "forks.log")
+    services = [LMCacheService(tmp_path / f"server-{i}.log", chunk_size=32, forks=forks) for i in range(2)]
+    try:
+        for service in services:
+            service.launch()  # asked before the fork server has imported anything: answered in order
+        ports = [service.config()["lmcache.mp.port"] for service in services]
+        pids = [service.server.proc.pid for service in services]
+        assert len(set(ports)) == 2 and len(set(pids)) == 2
+        for pid in pids:
+            assert os.getpgid(pid) == pid  # a session of its own: stopped with its group
+            with open(f"/proc/{pid}/stat") as stat:
+                assert int(stat.read().rsplit(")", 1)[1].split()[1]) == forks.proc.pid  # the fork server's child
+        assert "LMCache HTTP server initialized" in (tmp_path / "server-0.log").read_text(errors="replace")
+        LMCacheService.stop_all(services)
+        assert all(service.server.proc.poll() is not None for service in services)
+    finally:
+        LMCacheService.stop_all(services)
+        forks.stop()
+    assert forks.proc.returncode is not None
+
+
+def test_a_server_the_fork_server_cannot_give_says_why(tmp_path):
+    forks = ForkServer(sys.executable, tmp_path / "forks.log")
+    service = LMCacheService(tmp_path / "server.log", chunk_size=32, forks=forks)
+    try:
+        service.launch()  # asked while the fork server imports (seconds)
+        forks.proc.kill()  # it dies before it forked the server
+        with pytest.raises(RuntimeError, match="LMCache server could not be forked: the LMCache fork server exited"):
+            service.config()
+    finally:
+        service.stop()
+        forks.stop()
+
+
+def test_a_forked_child_of_the_suite_spawns_its_own_server(tmp_path):
+    """The connector level's supervised clauses run in forked children; a request of theirs on the
+    parent's pipes would take a reply meant for the parent."""
+    forks = ForkServer(sys.executable, tmp_path / "forks.log")
+    try:
+        assert forks.usable()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if not forks.usable() else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+    finally:
+        forks.stop()
