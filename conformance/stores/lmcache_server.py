@@ -114,8 +114,13 @@ class LMCacheServer:
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             if self.proc.poll() is not None:
-                if isinstance(self.proc, Forked) and self.proc.error:
-                    raise RuntimeError(f"LMCache server could not be forked: {self.proc.error}")
+                if isinstance(self.proc, Forked) and self.proc.error:  # the fork server is only quicker: a fresh one
+                    with open(self.log_path, "a") as log:
+                        log.write(f"kvconform: the server could not be forked ({self.proc.error}); "
+                                  "started as a fresh process instead\n")
+                    self.forks = None
+                    self.launch()
+                    continue
                 code = f" with {self.proc.returncode}" if isinstance(self.proc, subprocess.Popen) else ""
                 raise RuntimeError(f"LMCache server exited{code} before it was ready:\n"
                                    + procs.log_tail(self.log_path, 2000))

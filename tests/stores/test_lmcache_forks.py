@@ -1,10 +1,11 @@
 """LMCache's servers forked from one fork server (the real LMCache): each its own session and log,
-each stopped as a server the suite spawned is; one the fork server cannot give says why; a forked
+each stopped as a server the suite spawned is; one the fork server cannot give starts fresh; a forked
 child of the suite never writes to its parent's fork server."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -37,14 +38,16 @@ def test_servers_forked_from_one_fork_server_serve_and_stop(tmp_path):
     assert forks.proc.returncode is not None
 
 
-def test_a_server_the_fork_server_cannot_give_says_why(tmp_path):
+def test_a_server_the_fork_server_cannot_give_is_started_fresh_and_its_log_says_why(tmp_path):
+    """The fork server only makes a server quicker to start: when it dies, a server it was asked for
+    starts as a fresh process, as without it."""
     forks = ForkServer(sys.executable, tmp_path / "forks.log")
     service = LMCacheService(tmp_path / "server.log", chunk_size=32, forks=forks)
     try:
         service.launch()  # asked while the fork server imports (seconds)
         forks.proc.kill()  # it dies before it forked the server
-        with pytest.raises(RuntimeError, match="LMCache server could not be forked: the LMCache fork server exited"):
-            service.config()
+        assert service.config()["lmcache.mp.port"] and isinstance(service.server.proc, subprocess.Popen)
+        assert "could not be forked (the LMCache fork server exited" in (tmp_path / "server.log").read_text()
     finally:
         service.stop()
         forks.stop()
