@@ -11,7 +11,7 @@ starts no thread at import (checked on 0.5.6), so the fork is the program a fres
 
 Protocol: one JSON line a request on the fork server's stdin (``{"args", "log"}``), one line a reply
 on its stdout (``{"pid"}`` or ``{"error"}``), in order; its first line is ``{"ready": true}`` (or its
-``error``). It ends when its stdin does, and each server ends with it (SIGTERM).
+``error``). It ends when its stdin does, and each server still running is killed with it.
 """
 
 from __future__ import annotations
@@ -86,11 +86,13 @@ class ForkServer:
             return {"error": f"the LMCache fork server said {line[:200]!r}"}
 
     def stop(self) -> None:
-        """Its stdin closed: it ends, and its servers with it (each is stopped by its own first)."""
+        """Killed, and the servers still running with it (SIGKILL: each one that served was stopped by
+        its own first; the rest hold nothing); at once, even while it imports."""
         for stream in (self.proc.stdin, self.proc.stdout):
             if stream is not None:
                 stream.close()
-        procs.stop(self.proc, grace_s=5, first=None)
+        procs.kill_group(self.proc)
+        self.proc.wait()
 
 
 class Forked:
@@ -102,6 +104,11 @@ class Forked:
         self._proc: procs.NotChild | None = None
         self.error: str | None = None
         self.returncode: int | None = None
+
+    @property
+    def known(self) -> bool:
+        """Whether its reply was read (its pid known, or why there is none)."""
+        return self._proc is not None or self.error is not None
 
     def _resolved(self) -> procs.NotChild | None:
         if self._proc is None and self.error is None:
@@ -141,7 +148,9 @@ def _serve(request: dict[str, Any], protocol: int) -> None:
     code = 1
     try:
         os.setsid()
-        procs.end_with_parent()  # with the fork server (which dies with the suite)
+        # Killed with the fork server (which dies with the cell): the suite stops each server it used
+        # before it, so what is left served nothing.
+        procs.end_with_parent(signal.SIGKILL)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)

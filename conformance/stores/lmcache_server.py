@@ -155,15 +155,20 @@ class LMCacheServer:
     def stop(self, grace_s: float = 15) -> None:
         """Ask it to stop (SIGINT) unless ``interrupt`` did (a second SIGINT lands in its shutdown
         and breaks it off), give it ``grace_s``, then kill its group; reaped either way."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or self._unasked_fork() or self.proc.poll() is not None:
             return
         procs.stop(self.proc, grace_s=grace_s, first=None if self._interrupted is self.proc else signal.SIGINT)
 
     def interrupt(self) -> None:
         """Ask it to stop (SIGINT, as ``stop``) without waiting: ``stop`` reaps it later."""
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is not None and not self._unasked_fork() and self.proc.poll() is None:
             procs.kill_group(self.proc, signal.SIGINT)
             self._interrupted = self.proc
+
+    def _unasked_fork(self) -> bool:
+        """A fork no one asked about (a spare never used): it served nothing, and it ends, killed, with
+        its fork server; asking its pid would wait for a fork server still importing."""
+        return isinstance(self.proc, Forked) and not self.proc.known
 
     def restart(self) -> None:
         """Stop and start again: everything it held is lost (the lost-storage scenario). In a forked

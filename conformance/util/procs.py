@@ -102,10 +102,10 @@ def free_ports(n: int) -> list[int]:
         return ports
 
 
-def end_with_parent() -> None:
-    """In the child: SIGTERM when the parent dies."""
+def end_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In the child: ``sig`` when the parent (the thread that started it) dies."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM (Linux)
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG (Linux)
     except (OSError, AttributeError):
         pass
 

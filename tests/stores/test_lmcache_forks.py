@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -65,3 +66,32 @@ def test_a_forked_child_of_the_suite_spawns_its_own_server(tmp_path):
         assert os.waitpid(pid, 0)[1] == 0
     finally:
         forks.stop()
+
+
+def test_a_server_never_asked_for_ends_with_its_fork_server(tmp_path):
+    """A spare no role used is not asked to shut down (its pid would wait for the fork server, its
+    SIGINT land in its start-up): it is killed with the fork server, and nothing is left running."""
+    from conformance.util.procs import NotChild
+
+    forks = ForkServer(sys.executable, tmp_path / "forks.log")
+    used = LMCacheService(tmp_path / "used.log", chunk_size=32, forks=forks)
+    spare = LMCacheService(tmp_path / "spare.log", chunk_size=32, forks=forks)
+    try:
+        used.launch()
+        spare.launch()
+        used.config()
+        deadline = time.monotonic() + 30
+        while len(pids := _children(forks.proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the spare is forked after the server asked for first
+        forked = [NotChild(pid) for pid in pids]
+        assert len(forked) == 2 and not spare.server.proc.known
+        LMCacheService.stop_all([used, spare])
+        assert used.server.proc.poll() is not None and spare.server.proc.poll() is None  # not asked
+    finally:
+        forks.stop()
+    assert all(proc.wait(timeout=30) == 0 for proc in forked)  # ended: nothing outlives the cell
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as children:
+        return [int(child) for child in children.read().split()]

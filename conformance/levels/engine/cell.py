@@ -165,8 +165,9 @@ class EngineCell:
 
     def server(self, world: str) -> LMCacheService | None:
         """``world``'s LMCache server (None for a connector that needs none), launched on the first ask
-        from the asking thread, which it ends with (its ``config`` waits until it is up). The
-        cross-engine world keeps a spare: lose_storage switches to it."""
+        (forked from the cell's fork server; spawned where that fails, then ending with the asking
+        thread); its ``config`` waits until it is up. The cross-engine world keeps a spare:
+        lose_storage switches to it."""
         if self.servers is None:
             return None
         service = self.servers.get(world)
