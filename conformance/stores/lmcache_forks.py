@@ -21,10 +21,12 @@ import io
 import json
 import os
 import runpy
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -33,14 +35,15 @@ from conformance.util import procs
 
 SERVER_MODULE = "lmcache.v1.multiprocess.http_server"
 SERVER_ENV = {"HF_HUB_OFFLINE": "1"}  # what a server's environment adds to the suite's
+REPLY_S = 120.0  # as long as a server is given to be ready: its imports (6 s here) and a fork
 
 
 class ForkServer:
     """The suite's end: started now, not waited for; ``fork`` asks for a server and returns its process
     at once, whose pid is read when first needed (the fork server may still be importing)."""
 
-    def __init__(self, python: str, log_path: Path) -> None:
-        self.log_path, self.owner = log_path, os.getpid()
+    def __init__(self, python: str, log_path: Path, reply_s: float = REPLY_S) -> None:
+        self.log_path, self.owner, self.reply_s = log_path, os.getpid(), reply_s
         with open(log_path, "ab") as log:
             self.proc = subprocess.Popen([python, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=log, start_new_session=True, env={**os.environ, **SERVER_ENV},
@@ -49,6 +52,7 @@ class ForkServer:
         self._asked = self._answered = 0
         self._replies: dict[int, dict[str, Any]] = {}
         self._ready: dict[str, Any] | None = None
+        self._unread = b""  # what it said past the last line read (read from its fd, not a buffered file)
 
     def usable(self) -> bool:
         """Whether this process may ask it (a forked child of its owner shares its pipes: never)."""
@@ -77,11 +81,19 @@ class ForkServer:
             return self._replies.get(number, self._ready)
 
     def _read(self) -> dict[str, Any]:
+        """Its next line, within ``reply_s`` (a fork server that hangs is one that failed)."""
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
+        fd, deadline = self.proc.stdout.fileno(), time.monotonic() + self.reply_s
+        while b"\n" not in self._unread:
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                return {"error": f"the LMCache fork server did not answer within {self.reply_s:g}s"}
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return {"error": "the LMCache fork server exited:\n" + procs.log_tail(self.log_path, 2000)}
+            self._unread += chunk
+        line, self._unread = self._unread.split(b"\n", 1)
         try:
-            return json.loads(line) if line else {"error": "the LMCache fork server exited:\n"
-                                                  + procs.log_tail(self.log_path, 2000)}
+            return json.loads(line)
         except ValueError:
             return {"error": f"the LMCache fork server said {line[:200]!r}"}
 

@@ -54,6 +54,21 @@ def test_a_server_the_fork_server_cannot_give_is_started_fresh_and_its_log_says_
         forks.stop()
 
 
+def test_a_fork_server_that_hangs_is_not_waited_for(tmp_path):
+    import signal
+
+    forks = ForkServer(sys.executable, tmp_path / "forks.log", reply_s=2)
+    service = LMCacheService(tmp_path / "server.log", chunk_size=32, forks=forks)
+    try:
+        service.launch()
+        os.kill(forks.proc.pid, signal.SIGSTOP)  # it never answers
+        assert service.config()["lmcache.mp.port"] and isinstance(service.server.proc, subprocess.Popen)
+        assert "did not answer within 2s" in (tmp_path / "server.log").read_text()
+    finally:
+        service.stop()
+        forks.stop()
+
+
 def test_a_forked_child_of_the_suite_spawns_its_own_server(tmp_path):
     """The connector level's supervised clauses run in forked children; a request of theirs on the
     parent's pipes would take a reply meant for the parent."""
