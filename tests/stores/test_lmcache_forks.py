@@ -5,6 +5,7 @@ child of the suite never writes to its parent's fork server."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,31 +40,19 @@ def test_servers_forked_from_one_fork_server_serve_and_stop(tmp_path):
     assert forks.proc.returncode is not None
 
 
-def test_a_server_the_fork_server_cannot_give_is_started_fresh_and_its_log_says_why(tmp_path):
-    """The fork server only makes a server quicker to start: when it dies, a server it was asked for
-    starts as a fresh process, as without it."""
-    forks = ForkServer(sys.executable, tmp_path / "forks.log")
-    service = LMCacheService(tmp_path / "server.log", chunk_size=32, forks=forks)
-    try:
-        service.launch()  # asked while the fork server imports (seconds)
-        forks.proc.kill()  # it dies before it forked the server
-        assert service.config()["lmcache.mp.port"] and isinstance(service.server.proc, subprocess.Popen)
-        assert "could not be forked (the LMCache fork server exited" in (tmp_path / "server.log").read_text()
-    finally:
-        service.stop()
-        forks.stop()
-
-
-def test_a_fork_server_that_hangs_is_not_waited_for(tmp_path):
-    import signal
-
+@pytest.mark.parametrize("fault, said", [(signal.SIGKILL, "could not be forked (the LMCache fork server exited"),
+                                          (signal.SIGSTOP, "could not be forked (the LMCache fork server did not answer "
+                                                           "within 2s")], ids=["dies", "hangs"])
+def test_a_server_the_fork_server_cannot_give_is_started_fresh_and_its_log_says_why(tmp_path, fault, said):
+    """The fork server only makes a server quicker to start: when it dies or hangs before it forked
+    a server it was asked for, that server starts as a fresh process, as without it."""
     forks = ForkServer(sys.executable, tmp_path / "forks.log", reply_s=2)
     service = LMCacheService(tmp_path / "server.log", chunk_size=32, forks=forks)
     try:
-        service.launch()
-        os.kill(forks.proc.pid, signal.SIGSTOP)  # it never answers
+        service.launch()  # asked while the fork server imports (seconds)
+        os.kill(forks.proc.pid, fault)
         assert service.config()["lmcache.mp.port"] and isinstance(service.server.proc, subprocess.Popen)
-        assert "did not answer within 2s" in (tmp_path / "server.log").read_text()
+        assert said in (tmp_path / "server.log").read_text()
     finally:
         service.stop()
         forks.stop()
