@@ -23,7 +23,6 @@ import os
 import runpy
 import select
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -44,14 +43,12 @@ class ForkServer:
 
     def __init__(self, python: str, log_path: Path, reply_s: float = REPLY_S) -> None:
         self.log_path, self.owner, self.reply_s = log_path, os.getpid(), reply_s
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen([python, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=log, start_new_session=True, env={**os.environ, **SERVER_ENV},
-                                         preexec_fn=procs.end_with_parent if sys.platform == "linux" else None)
+        self.proc = procs.spawn_speaking([python, "-m", __name__], log_path, {**os.environ, **SERVER_ENV},
+                                         die_with_parent=True)
         self._lock = threading.Lock()  # requests and replies in order, from any lane's thread
-        self._asked = self._answered = 0
-        self._replies: dict[int, dict[str, Any]] = {}
-        self._ready: dict[str, Any] | None = None
+        self._asked = 0
+        self._replies: list[dict[str, Any]] = []  # what it said, its ready line first
+        self._failure: dict[str, Any] | None = None  # why it will say nothing more (``{"error"}``)
         self._unread = b""  # what it said past the last line read (read from its fd, not a buffered file)
 
     def usable(self) -> bool:
@@ -70,15 +67,19 @@ class ForkServer:
             return Forked(self, self._asked)
 
     def reply(self, number: int) -> dict[str, Any]:
-        """The reply to request ``number`` (1-based), read in order; ``{"error"}`` once it ended."""
-        assert self.proc.stdout is not None
+        """The reply to request ``number`` (1-based: its ready line is the 0th), read in order;
+        ``{"error"}`` once it failed."""
         with self._lock:
-            if self._ready is None:
-                self._ready = self._read()
-            while self._answered < number and "error" not in self._ready:
-                self._replies[self._answered + 1] = self._read()
-                self._answered += 1
-            return self._replies.get(number, self._ready)
+            while len(self._replies) <= number and self._failure is None:
+                said = self._read()
+                if "error" in said:  # once it failed (exited, hung, garbled), every later reply fails at once
+                    self._failure = said
+                else:
+                    self._replies.append(said)
+            if number < len(self._replies):
+                return self._replies[number]
+            assert self._failure is not None
+            return self._failure
 
     def _read(self) -> dict[str, Any]:
         """Its next line, within ``reply_s`` (a fork server that hangs is one that failed)."""
@@ -100,9 +101,7 @@ class ForkServer:
     def stop(self) -> None:
         """Killed, and the servers still running with it (SIGKILL: each one that served was stopped by
         its own first; the rest hold nothing); at once, even while it imports."""
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
+        procs.hang_up(self.proc)
         procs.kill_group(self.proc)
         self.proc.wait()
 

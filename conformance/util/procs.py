@@ -31,6 +31,23 @@ def spawn(argv: Sequence[str], log_path: Path, *, env: Mapping[str, str] | None 
                                 preexec_fn=end_with_parent if die_with_parent and sys.platform == "linux" else None)
 
 
+def spawn_speaking(argv: Sequence[str], log_path: Path, env: Mapping[str, str],
+                   die_with_parent: bool = False) -> subprocess.Popen:
+    """Start ``argv`` in a new session with ``env`` (the whole environment) to speak a protocol with
+    this process on its stdin and stdout, its stderr appended to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                start_new_session=True, env=dict(env),
+                                preexec_fn=end_with_parent if die_with_parent and sys.platform == "linux" else None)
+
+
+def hang_up(proc: subprocess.Popen) -> None:
+    """Close this process's ends of ``proc``'s protocol pipes (``spawn_speaking``): it reads the end of its stdin."""
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            stream.close()
+
+
 class Awaitable(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 

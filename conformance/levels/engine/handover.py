@@ -29,10 +29,8 @@ ENDED_S = 10.0  # a host whose cell closed its stdin has this long to end with i
 def start_host(python: str, log_path: Path, env: Mapping[str, str]) -> subprocess.Popen:
     """``conformance.levels.engine.host`` in ``python``: its protocol on pipes, its stderr to ``log_path``,
     in a session of its own; a hand-over in ``env`` is not passed on to it."""
-    with open(log_path, "ab") as log:
-        return subprocess.Popen([python, "-m", "conformance.levels.engine.host"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=log, start_new_session=True,
-                                env={k: v for k, v in env.items() if k != HANDED_ENV})
+    return procs.spawn_speaking([python, "-m", "conformance.levels.engine.host"], log_path,
+                                {k: v for k, v in env.items() if k != HANDED_ENV})
 
 
 class AheadHost:
@@ -53,9 +51,7 @@ class AheadHost:
     def let_go(self) -> None:
         """Close the runner's ends of the pipes once the cell has its own: the host sees its cell's
         end (or death) as the end of its stdin, and the runner never reads what it says."""
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
+        procs.hang_up(self.proc)
 
     def stop(self) -> None:
         """A host no cell took: killed with its group, imported or not."""
