@@ -48,7 +48,7 @@ def run_cell(connector: str, dtype: str, capabilities: str, model: str, python: 
             "time_to_verdict_s": round(wall, 1),
             "engine_starts": len(engines), "vllm_imports": timings.get("vllm_imports"),
             "engine_host": timings.get("engine_host"), "engines": engines,
-            "lmcache_servers_ready_s": timings.get("lmcache_servers_ready_s", timings.get("lmcache_server_ready_s")),
+            "lmcache_servers_ready_s": timings.get("lmcache_servers_ready_s"),
             "verdicts": {t["clause"]: t["status"] for t in doc["tests"]},
             "packages": doc["environment"]["packages"], "cpu": doc["environment"]["cpu"]}
 
