@@ -204,6 +204,9 @@ def test_a_cell_handed_no_host_starts_its_own_and_a_stale_hand_over_is_ignored(f
 
 def test_a_host_handed_for_another_python_is_not_adopted_and_ends(fake_vllm, tmp_path, monkeypatch):
     ahead = handover.AheadHost(sys.executable, tmp_path / "ahead.log", os.environ)
+    # Imported (its ready line), so that what is timed below is its end, not its imports under load
+    # (it once took more than ENDED_S beside engine tests on two workers and was killed).
+    assert json.loads(ahead.proc.stdout.readline())["ready"] is True
     env, _ = ahead.handed()
     handed = json.loads(env[handover.HANDED_ENV])  # as the cell has it: ends of the pipes of its own
     handed.update(read_fd=os.dup(handed["read_fd"]), write_fd=os.dup(handed["write_fd"]))
