@@ -10,7 +10,8 @@ rerun). Elapsed is first start to last finish of those cells; the speed-up of ``
 of their wall times over that elapsed time (1.0 means no overlap at all).
 
 ``--estimate TIER`` (with ``--matrix``) estimates the tier's mean cell wall from a sample of its cells:
-a cell measured stands for itself (not one this machine could not run: ``not_run_here``), one not measured is stood in for by the mean of the measured cells
+a cell measured stands for itself (not one this machine could not run: ``not_run_here``), one not
+measured is stood in for by the mean of the measured cells
 with its coordinates but another vLLM (and LMCache) release whose engines start the same way
 (``ENGINE_KINDS``); with ``--published matrix.json``, a cell nothing stands in for takes its published
 wall (counted apart); else it is listed, and the estimate is withheld.
@@ -26,7 +27,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from conformance.matrix.definition import Cell, load as load_matrix
+from conformance.matrix.definition import Cell
+from conformance.matrix.definition import load as load_matrix
 from conformance.report.render import cell_level
 from conformance.util.versions import version_key
 
@@ -38,11 +40,17 @@ ENGINE_KINDS = (((0, 0), (0, 19, 99), "in process, PyPI torch"), ((0, 20), (0, 2
                 ((0, 23), (0, 27, 99), "in process, PyPI torch"), ((0, 28), (99,), "in process"))
 
 
-def not_run_here(doc: dict[str, Any]) -> bool:
+def not_run_here(doc: dict[str, Any], published: dict[str, dict[str, str]] | None = None) -> bool:
     """Every clause Not runnable: the machine could not run the cell (fp8 KV without AVX-512), so its
-    wall is the cost of finding that out, not of the cell: it stands in for no cell, itself included."""
+    wall is the cost of finding that out, not of the cell: it stands in for no cell, itself included.
+    Not where the published run found it Not runnable too (vLLM 0.21 with LMCache 0.4.7, deepseek in
+    float16): there nothing runs anywhere, and finding that out is the cell's cost."""
+    unrunnable = {"Not runnable", "Disabled"}
     statuses = {t.get("raw_status", t["status"]) for t in doc.get("tests", [])}
-    return statuses <= {"Not runnable", "Disabled"} and "Not runnable" in statuses
+    if not (statuses <= unrunnable and "Not runnable" in statuses):
+        return False
+    elsewhere = (published or {}).get(doc["cell"]["id"])
+    return elsewhere is None or not set(elsewhere.values()) <= unrunnable
 
 
 def load(results_dir: Path, since: datetime | None) -> list[dict[str, Any]]:
@@ -69,7 +77,7 @@ def summarize(docs: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
         timings = (doc.get("connector") or {}).get("engine_timings") or {}
         per_cell.append({"name": cell.get("name"), "level": key, "wall_s": cell["wall_s"],
                          "engine_starts": timings.get("engine_starts"), "vllm_imports": timings.get("vllm_imports")})
-        for role, timing in timings.items():
+        for timing in timings.values():
             if isinstance(timing, dict) and "wall_s" in timing:
                 reused = "reused_from" in timing
                 baselines_reused += reused
@@ -103,10 +111,10 @@ def _stand_in_key(coordinates: dict[str, str]) -> tuple:
             tuple(sorted((k, v) for k, v in coordinates.items() if k not in ("vllm", "lmcache"))))
 
 
-def estimate(tier_cells: list[Cell], docs: list[dict[str, Any]],
-             published: dict[str, float] | None = None) -> dict[str, Any]:
+def estimate(tier_cells: list[Cell], docs: list[dict[str, Any]], published: dict[str, float] | None = None,
+             published_statuses: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
     """The tier's mean cell wall, each cell measured, stood in for by its like, or published (module doc)."""
-    ran = [doc for doc in docs if not not_run_here(doc)]
+    ran = [doc for doc in docs if not not_run_here(doc, published_statuses)]
     measured = {doc["cell"]["id"]: doc["cell"]["wall_s"] for doc in ran}
     like: dict[tuple, list[float]] = defaultdict(list)
     for doc in ran:
@@ -136,6 +144,11 @@ def published_walls(matrix_json: Path) -> dict[str, float]:
     return {c["id"]: c["wall_s"] for c in json.loads(matrix_json.read_text())["cells"] if c.get("wall_s")}
 
 
+def published_statuses(matrix_json: Path) -> dict[str, dict[str, str]]:
+    """Each cell's clause statuses in a published matrix.json, by cell id."""
+    return {c["id"]: c.get("statuses", {}) for c in json.loads(matrix_json.read_text())["cells"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results_dir", type=Path)
@@ -152,8 +165,9 @@ def main() -> None:
     summary = summarize(docs, args.jobs)
     if args.estimate:
         published = published_walls(args.published) if args.published else None
+        statuses = published_statuses(args.published) if args.published else None
         summary["estimate"] = {"tier": args.estimate,
-                               **estimate(load_matrix(args.matrix).cells(args.estimate), docs, published)}
+                               **estimate(load_matrix(args.matrix).cells(args.estimate), docs, published, statuses)}
     if args.note:
         summary["note"] = args.note
     text = json.dumps(summary, indent=2) + "\n"
