@@ -64,6 +64,10 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
     ZooMember("conformance.zoo.value_capped:make_store",
               "keeps at most 1 MiB of a value and zero-fills the rest (a silent item-size cap)",
               frozenset({"byte_exact_roundtrip"})),
+    ZooMember("conformance.zoo.first_put_wins:make_store",
+              "ignores a put of a key it holds and keeps serving the first entry (LMCache's LocalCPU "
+              "and LocalDisk backends)",
+              frozenset({"state_machine"})),
     ZooMember("conformance.zoo.resurrecting_delete:make_store",
               "delete drops the index entry but get still serves the bytes",
               frozenset({"state_machine"})),

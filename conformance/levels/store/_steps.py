@@ -1,15 +1,26 @@
 """Steps shared by the store clauses: put then get, "must not be served", and the explicit
-examples every byte-level clause runs after its drawn ones."""
+examples every byte-level clause runs after its drawn ones, and the bit inversion that makes
+every element of a tensor change."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any, Callable, Sequence
 
+import torch
+
 from conformance.contract.spec import KVSpec
 from conformance.contract.store import REFUSALS, KVEntry
 from conformance.contract.strategies import DEEP_SIZE_LIMITS, SIZE_LIMITS, fresh_key, sweep_entries
 from conformance.verdict.asserts import ClauseViolation, assert_hit
+
+# The integer dtype of each element width: a view of the same bits that bitwise ops accept.
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def invert_bits(tensor: torch.Tensor) -> None:
+    """Invert every bit of ``tensor``'s elements in place: every element changes, whatever it held."""
+    tensor.view(_BITS[tensor.element_size()]).bitwise_not_()
 
 
 def put_then_get(store: Any, entry: KVEntry, *, clause: str | None = None) -> KVEntry:

@@ -9,7 +9,7 @@ from conformance.contract.strategies import NON_CONTIGUOUS_VIEW_KINDS, VIEW_KIND
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_hit, assert_same_bytes, float_bits
 from conformance.verdict.clauses import clause
 
-from ._steps import every_dtype, put_then_get
+from ._steps import every_dtype, invert_bits, put_then_get
 
 
 @clause("byte_exact_roundtrip")
@@ -101,14 +101,10 @@ def test_no_aliasing(kv_store, entry, whole):
                               "the store's own buffer")
 
 
-# The integer dtype of each element width: a view of the same bits that bitwise ops accept.
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
 def _scribble(tensor: torch.Tensor, whole: bool) -> None:
     """Invert every bit of ``tensor``'s region (or of all the memory under it), as a reused block is
     overwritten: every element changes, whatever it held."""
     if whole:
         torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage()).bitwise_not_()
     else:
-        tensor.view(_BITS[tensor.element_size()]).bitwise_not_()
+        invert_bits(tensor)

@@ -4,7 +4,14 @@ Keys come from a small pool so that overwrites, deletes of absent keys and gets 
 all happen. Each machine run uses its own key prefix on the shared store, of a real key's shape
 and length (a chunk hash, LMCache's composite key, a long path): the pool's keys differ only in
 their last character, as real keys sharing a long prefix do.
+
+After the drawn runs, one explicit run per ``kv_cache_dtype`` of the axis: put, overwrite with every
+bit inverted and other scales, get, contains (and delete, get, contains). Drawn contents are mostly
+zeros, so a drawn overwrite often puts the bytes the key already held, and a store that keeps the
+first put under a key (LMCache's LocalCPU and LocalDisk backends) passed or failed by the seed.
 """
+
+from __future__ import annotations
 
 import itertools
 
@@ -12,10 +19,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
+from conformance.contract.spec import KVSpec
 from conformance.contract.store import KVEntry
-from conformance.contract.strategies import KEY_SHAPES, bit_patterns, kv_specs, realistic_key, scales
+from conformance.contract.strategies import KEY_SHAPES, bit_patterns, kv_specs, realistic_key, scales, sweep_entries
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_bytes, float_bits
 from conformance.verdict.clauses import clause, count_example
+
+from ._steps import invert_bits
 
 _CLAUSE = "state_machine"
 KEY_POOL = st.sampled_from(["a", "b", "c"])
@@ -30,7 +40,7 @@ class StoreMachine(RuleBasedStateMachine):
         # Each run the next key shape: no draw of its own, so the runs' operations stay as drawn.
         self.prefix = realistic_key(KEY_SHAPES[next(_RUNS) % len(KEY_SHAPES)])
         self.model: dict[str, KVEntry] = {}
-        self.spec = None
+        self.spec: KVSpec | None = None
 
     @initialize(spec=kv_specs(max_blocks=1))
     def choose_spec(self, spec):
@@ -41,8 +51,10 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(k=KEY_POOL, data=st.data())
     def put(self, k, data):
-        entry = KVEntry(self.spec, data.draw(bit_patterns(self.spec, max_overrides=4), label="content"),
-                        data.draw(scales, label="k_scale"), data.draw(scales, label="v_scale"))
+        self.put_entry(k, KVEntry(self.spec, data.draw(bit_patterns(self.spec, max_overrides=4), label="content"),
+                                  data.draw(scales, label="k_scale"), data.draw(scales, label="v_scale")))
+
+    def put_entry(self, k: str, entry: KVEntry) -> None:
         self.store.put(self._key(k), entry)
         self.model[k] = entry
 
@@ -77,6 +89,30 @@ class StoreMachine(RuleBasedStateMachine):
         self.model.pop(k, None)
 
 
+def overwrite_failure(store, nodeid: str, entry: KVEntry) -> str | None:
+    """The explicit run (module doc), through the machine's own steps so that its checks apply; what
+    it found, if anything (returned, not raised: the clause's message names the run once)."""
+    machine = StoreMachine(store, nodeid)
+    machine.spec = entry.spec
+    changed = entry.tensor.clone()
+    invert_bits(changed)
+    try:
+        machine.put_entry("a", entry)
+        machine.put_entry("a", KVEntry(entry.spec, changed, entry.k_scale * 2, entry.v_scale * 2 + 1))
+        machine.get("a")
+        machine.contains("a")
+        if "delete" in store.capabilities:
+            machine.delete("a")
+            machine.get("a")
+            machine.contains("a")
+    except ClauseViolation as exc:
+        return exc.detail
+    return None
+
+
 @clause(_CLAUSE)
 def test_state_machine(kv_store, request):
     run_state_machine_as_test(lambda: StoreMachine(kv_store, request.node.nodeid), settings=settings())
+    for label, entry in sweep_entries():
+        if (found := overwrite_failure(kv_store, request.node.nodeid, entry)) is not None:
+            raise ClauseViolation(_CLAUSE, f"{found} [the explicit overwrite run, {label}]")
