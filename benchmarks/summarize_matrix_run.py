@@ -9,12 +9,12 @@ Reads a results directory written by ``kvconform run`` (no rerun) and writes a J
 rerun). Elapsed is first start to last finish of those cells; the speed-up of ``--jobs`` is the sum
 of their wall times over that elapsed time (1.0 means no overlap at all).
 
-``--estimate TIER`` (with ``--matrix``) estimates the tier's mean cell wall from a sample of its cells:
-a cell measured stands for itself (not one this machine could not run: ``not_run_here``), one not
-measured is stood in for by the mean of the measured cells
-with its coordinates but another vLLM (and LMCache) release whose engines start the same way
-(``ENGINE_KINDS``); with ``--published matrix.json``, a cell nothing stands in for takes its published
-wall (counted apart); else it is listed, and the estimate is withheld.
+``--estimate TIER`` (with ``--matrix``) estimates the tier's mean cell wall from a sample of its
+cells: a cell measured stands for itself (not one this machine could not run: ``not_run_here``), one
+not measured is stood in for by the mean of the measured cells with its coordinates but another vLLM
+(and LMCache) release whose engines start the same way (``ENGINE_KINDS``); with ``--published
+matrix.json``, a cell nothing stands in for takes its published wall (counted apart); else it is
+listed, and the estimate is withheld.
 """
 
 from __future__ import annotations
@@ -139,14 +139,12 @@ def estimate(tier_cells: list[Cell], docs: list[dict[str, Any]], published: dict
             "estimated_mean_cell_wall_s": None if missing else round(sum(every) / len(every), 1)}
 
 
-def published_walls(matrix_json: Path) -> dict[str, float]:
-    """Each cell's wall in a published matrix.json (``kvconform report``'s), by cell id."""
-    return {c["id"]: c["wall_s"] for c in json.loads(matrix_json.read_text())["cells"] if c.get("wall_s")}
-
-
-def published_statuses(matrix_json: Path) -> dict[str, dict[str, str]]:
-    """Each cell's clause statuses in a published matrix.json, by cell id."""
-    return {c["id"]: c.get("statuses", {}) for c in json.loads(matrix_json.read_text())["cells"]}
+def published(matrix_json: Path) -> tuple[dict[str, float], dict[str, dict[str, str]]]:
+    """Each cell's wall and its clause statuses in a published matrix.json (``kvconform report``'s),
+    by cell id."""
+    cells = json.loads(matrix_json.read_text())["cells"]
+    return ({c["id"]: c["wall_s"] for c in cells if c.get("wall_s")},
+            {c["id"]: c.get("statuses", {}) for c in cells})
 
 
 def main() -> None:
@@ -164,10 +162,9 @@ def main() -> None:
     docs = load(args.results_dir, args.since)
     summary = summarize(docs, args.jobs)
     if args.estimate:
-        published = published_walls(args.published) if args.published else None
-        statuses = published_statuses(args.published) if args.published else None
+        walls, statuses = published(args.published) if args.published else (None, None)
         summary["estimate"] = {"tier": args.estimate,
-                               **estimate(load_matrix(args.matrix).cells(args.estimate), docs, published, statuses)}
+                               **estimate(load_matrix(args.matrix).cells(args.estimate), docs, walls, statuses)}
     if args.note:
         summary["note"] = args.note
     text = json.dumps(summary, indent=2) + "\n"
