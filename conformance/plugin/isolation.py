@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-COUNTS = "_kvconform_counts"  # (examples, loaded tokens), carried on a raised exception too
+COUNTS = "_kvconform_counts"  # (examples, loaded tokens, observed), carried on a raised exception too
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -33,17 +33,17 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         raise
     finally:
         if test is not None and counts:
-            test.examples, test.loaded = counts
+            test.examples, test.loaded, test.observed = counts
     return True
 
 
-def _counted(test: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[int, int]:
+def _counted(test: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[int, int, str]:
     """In the child: run the test; its counts go back with what it returns or raises."""
     from conformance.verdict.clauses import running
 
-    def counts() -> tuple[int, int]:
+    def counts() -> tuple[int, int, str]:
         now = running()
-        return (now.examples, now.loaded) if now is not None else (0, 0)
+        return (now.examples, now.loaded, now.observed) if now is not None else (0, 0, "")
 
     try:
         test(**kwargs)

@@ -103,6 +103,17 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "requests the scheduler admits in one step, saved together and loaded together, each "
            "load exactly their own bytes: none is skipped, and none is handed a batch-mate's KV",
            requires=_ACROSS, lossless=True, needs_load=True),
+    Clause("api_shared_prefix", _CONNECTOR,
+           "conversations that share a long system prompt (1k and 4k tokens) and differ after it, even only in "
+           "their last block, each load their own KV: every loaded token holds what a request with the same "
+           "prefix up to it computed, and a prompt that extends a stored one or shares only part of it is "
+           "claimed no token past what it shares",
+           requires=_CACHE, lossless=True, needs_load=True),
+    Clause("api_mixed_hits", _CONNECTOR,
+           "a request whose first blocks are in vLLM's own prefix cache and whose later blocks only in the "
+           "connector is claimed only tokens beyond num_computed_tokens (never the local hits again), and the "
+           "bytes loaded into its later blocks are the stored prompt's",
+           requires=_CACHE, lossless=True, needs_load=True),
     Clause("api_damaged_storage", _CONNECTOR,
            "with what a store run left corrupted (a flipped byte) or lost before the load run, the "
            "connector loads nothing, or reports the damaged blocks as failed loads "
@@ -167,6 +178,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "vLLM survives the publisher's msgpack encoding into a KVEventBatch a router decodes, and names "
            "only block hashes vLLM computed for the blocks of requests it served (what a router matches)",
            requires=frozenset({"cache", "events"})),
+    Clause("api_cache_pressure", _CONNECTOR,
+           "a bounded cache (capacity=BYTES) filled three times over, then asked for every prompt again in "
+           "another order, loads each byte for byte or misses it: never other bytes, zeros or a raised hook; "
+           "and it still loads the most recent prompt afterwards (it degrades to a miss, never to empty); a "
+           "run that evicted nothing is Not exercised",
+           requires=frozenset({"cache", "capacity"}), lossless=True, needs_load=True),
     Clause("api_load_errors_reported", _CONNECTOR,
            "with each stored file cut short (its last byte gone), the connector loads nothing or reports "
            "the blocks it could not read (get_block_ids_with_load_errors, in the step of the load): it "
@@ -268,7 +285,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "byte_exact_roundtrip", "no_aliasing", "dtype_preserved", "shape_preserved", "stride_contract",
         "metadata_roundtrip", "scales_roundtrip",
         "api_save_load_roundtrip", "api_same_engine_roundtrip", "api_no_collateral_writes", "api_partial_prefix",
-        "api_concurrent_loads", "api_pd_roundtrip",
+        "api_concurrent_loads", "api_shared_prefix", "api_mixed_hits", "api_pd_roundtrip",
         "engine_store_then_load", "engine_same_engine_reload", "engine_pd_roundtrip", "engine_hma_groups",
         "engine_effective_dtype", "engine_block_boundaries", "engine_concurrent_requests"),
     "format isolation": (
@@ -280,8 +297,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "lifecycle": (
         "state_machine", "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill",
         "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
-        "api_connector_stats", "api_kv_events", "engine_cache_salt", "engine_lora_isolation", "engine_abort",
-        "engine_block_reuse"),
+        "api_connector_stats", "api_kv_events", "api_cache_pressure", "engine_cache_salt", "engine_lora_isolation",
+        "engine_abort", "engine_block_reuse"),
     "API requirements": ("api_requirements",),
 }
 GROUP_OF: dict[str, str] = {c: group for group, members in GROUPS.items() for c in members}
@@ -298,6 +315,7 @@ class RunningTest:
     clause: str
     examples: int = 0
     loaded: int = 0  # tokens of KV loaded from the connector: 0 leaves a needs_load clause Not exercised
+    observed: str = ""  # what the workload did (prompts evicted, local hits), recorded with a Pass
 
 
 # Set by the plugin around each clause test (pytest runs one test at a time per process, and
@@ -322,6 +340,13 @@ def count_example() -> None:
     test = _RUNNING.get()
     if test is not None:
         test.examples += 1
+
+
+def observe(note: str) -> None:
+    """Record what the running clause's workload did, for its results entry (a Pass has no message)."""
+    test = _RUNNING.get()
+    if test is not None:
+        test.observed = note
 
 
 def count_load(tokens: float) -> None:

@@ -7,7 +7,8 @@ byte, because "caches differ" helps nobody fix a connector.
 
 from __future__ import annotations
 
-from typing import Iterable
+from dataclasses import dataclass
+from typing import Iterable, Sequence
 
 import torch
 
@@ -19,8 +20,9 @@ NULL_BLOCK = 0  # vLLM's null block: never a request's KV (a sliding window's sl
 
 
 def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: int, *,
-                       held: bool = False) -> list[str]:
-    """Tokens [0, ntokens) as the load run holds them, against what the store run's model wrote
+                       held: bool = False, first: int = 0) -> list[str]:
+    """Tokens [first, ntokens) as the load run holds them (``first``: the tokens vLLM's own prefix
+    cache held, which the connector did not load), against what the store run's model wrote
     (where it first computed them: ``Run.origin``), or with ``held`` against what the store run's
     cache held for them at its end (tokens it loaded itself included). Each layer is read through
     its own KV cache group's blocks (a hybrid model has one group per attention type).
@@ -28,12 +30,12 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
     Tokens in blocks the connector reported as failed loads are exempt: vLLM recomputes them; so
     are tokens in a null block on either side (a sliding window's blocks outside the window).
     """
-    if ntokens <= 0:
+    if ntokens <= first:
         return []
     written = stored.caches if held else views_over(stored.caches, stored.before)
     problems = []
     for layer, view in loaded.caches.items():
-        slots = _slots(stored, stored_id, loaded, loaded_id, ntokens, loaded.groups.get(layer, 0), held)
+        slots = _slots(stored, stored_id, loaded, loaded_id, ntokens, loaded.groups.get(layer, 0), held, first)
         if slots is None:
             continue
         positions, src_blocks, dst_blocks = slots
@@ -52,13 +54,13 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
 
 
 def _slots(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: int, group: int,
-           held: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+           held: bool, first: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """(positions, stored blocks, loaded blocks) of the tokens to compare in ``group``, or None."""
     if group == 0:
         src_ids, dst_ids = (stored.blocks if held else stored.origin)[stored_id], loaded.blocks[loaded_id]
     else:
         src_ids, dst_ids = stored.group_blocks[stored_id][group], loaded.group_blocks[loaded_id][group]
-    positions = torch.arange(min(ntokens, len(src_ids) * stored.block_size, len(dst_ids) * loaded.block_size))
+    positions = torch.arange(first, min(ntokens, len(src_ids) * stored.block_size, len(dst_ids) * loaded.block_size))
     src_blocks = torch.tensor(src_ids, dtype=torch.long)[positions // stored.block_size]
     dst_blocks = torch.tensor(dst_ids, dtype=torch.long)[positions // loaded.block_size]
     keep = torch.tensor([int(d) not in loaded.load_errors and int(d) != NULL_BLOCK and int(s) != NULL_BLOCK
@@ -89,3 +91,71 @@ def unowned_blocks(run: Run, owner: str) -> list[int]:
     """Every block of the cache that ``owner`` does not hold (the null block 0 included)."""
     owned = set(run.blocks.get(owner, ()))
     return [b for b in range(run.num_blocks) if b not in owned]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two prompts share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Source:
+    """A request that computed KV a later load may be served: in ``run``, request ``rid`` of
+    ``prompt``, which computed its tokens from ``computed_from`` on (those before it were loaded)."""
+
+    run: Run
+    rid: str
+    prompt: Sequence[int]
+    computed_from: int = 0
+
+
+def unsourced_tokens(sources: Sequence[Source], loaded: Run, loaded_id: str, prompt: Sequence[int], first: int,
+                     ntokens: int) -> list[str]:
+    """Tokens [first, ntokens) the load run holds for ``loaded_id`` (of ``prompt``) that no source
+    computed. A token's KV is a function of the prefix it attends to, so each loaded token must hold
+    the bytes some source computed for the same token with the same prefix up to it: a connector that
+    dedups a shared system prompt serves any conversation's copy of it, but never, past the point two
+    prompts part, the other prompt's KV. Says, for the first token that fails, whose KV it holds."""
+    if ntokens <= first:
+        return []
+    problems = []
+    for layer, view in loaded.caches.items():
+        group = loaded.groups.get(layer, 0)
+        sourced = torch.zeros(ntokens - first, dtype=torch.bool)
+        foreign: dict[int, str] = {}  # position -> a source with another prefix whose bytes it holds
+        for source in sources:
+            shared = common_prefix(prompt, source.prompt)
+            start = max(first, source.computed_from)
+            slots = _slots(source.run, source.rid, loaded, loaded_id, ntokens, group, False, start)
+            if slots is None:
+                continue
+            positions, src_blocks, dst_blocks = slots
+            offsets = positions % loaded.block_size
+            want = token_rows(views_over(source.run.caches, source.run.before)[layer], src_blocks, offsets)
+            same = ~(want != token_rows(view, dst_blocks, offsets)).any(dim=1)
+            mine = positions < shared
+            sourced[positions[same & mine] - first] = True
+            for p in positions[same & ~mine].tolist():
+                foreign.setdefault(p, f"{source.rid!r}, whose prompt parts from this one at token {shared}")
+        exempt = _exempt(loaded, loaded_id, group, first, ntokens)
+        bad = (~sourced & ~exempt).nonzero().flatten().tolist()
+        if bad:
+            p = bad[0] + first
+            whose = f"the KV request {foreign[p]} computed" if p in foreign else "bytes no request computed there"
+            problems.append(f"{layer}: {len(bad)} of {ntokens - first} loaded tokens hold KV computed for another "
+                            f"prefix, first token {p}: it holds {whose}")
+    return problems[:MAX_REPORTED]
+
+
+def _exempt(loaded: Run, loaded_id: str, group: int, first: int, ntokens: int) -> torch.Tensor:
+    """Positions [first, ntokens) in blocks reported as failed loads or in the null block (vLLM
+    recomputes or never reads them)."""
+    ids = loaded.blocks[loaded_id] if group == 0 else loaded.group_blocks[loaded_id][group]
+    blocks = [ids[p // loaded.block_size] if p // loaded.block_size < len(ids) else NULL_BLOCK
+              for p in range(first, ntokens)]
+    return torch.tensor([b in loaded.load_errors or b == NULL_BLOCK for b in blocks], dtype=torch.bool)

@@ -71,6 +71,17 @@ class NegativeClaim(Exception):
                          "(a prompt given as embeddings has no prompt_token_ids) and claim 0 or more")
 
 
+class OverClaim(Exception):
+    """The connector's get_num_new_matched_tokens claimed, beyond the tokens vLLM's own prefix cache
+    already holds for a request, more than the request has: it counted those local hits again."""
+
+    def __init__(self, request_id: str, local: int, claimed: int, length: int) -> None:
+        super().__init__(f"get_num_new_matched_tokens claimed {claimed} tokens for request {request_id!r} ({length} "
+                         f"tokens long) when vLLM's own prefix cache already held its first {local} (it passed "
+                         f"num_computed_tokens {local}): {local} + {claimed} runs past the prompt. The count is of "
+                         "the tokens beyond num_computed_tokens, so subtract those from what the connector holds")
+
+
 class TransferStalled(HarnessError):
     """Every request left waits for an async load the connector never reported, though vLLM kept
     stepping (steps without a forward pass, as vLLM's ``kv_connector_no_forward`` runs them). An
@@ -142,6 +153,9 @@ class Run:
     # request id -> its block hashes as those events name them
     events: list[Any] = field(default_factory=list)
     block_hashes: dict[str, list[Any]] = field(default_factory=dict)
+    # request id -> (num_computed_tokens vLLM asked get_num_new_matched_tokens with: its own prefix
+    # cache's hits, the tokens the connector claimed beyond them), from the first ask that got a count
+    claims: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def num_blocks(self) -> int:
@@ -156,7 +170,9 @@ class Phase:
     requests the client abandons after that many steps of the phase (0: before any step);
     ``transfer`` the kv_transfer_params a request carries (P/D); ``loras`` the LoRA adapter a
     request is for; ``embeds`` the seed of the embeddings a request is given instead of its token
-    ids (its prompt's length theirs); ``reuse_freed`` overwrites each block as soon as its request
+    ids (its prompt's length theirs); ``fresh=False`` keeps the engine's own prefix cache and the
+    blocks as the last phase left them (no reset, no fill: vLLM's local hits beside the connector's);
+    ``reuse_freed`` overwrites each block as soon as its request
     gave it back, as vLLM's next request in it would (a P/D producer's); ``reuse_reallocated`` when
     vLLM gives it to another request, in that step's forward pass (after the connector's pre-forward
     hooks, where a connector that frees blocks with a save pending can still finish it)."""
@@ -169,6 +185,7 @@ class Phase:
     embeds: Mapping[str, int] = field(default_factory=dict)
     reuse_freed: bool = False
     reuse_reallocated: bool = False
+    fresh: bool = True
 
     @property
     def serves(self) -> frozenset[str]:
@@ -467,6 +484,7 @@ class _Pair:
         self.events_on = "events" in serves
         if self.events_on:
             self._record_events(self.scheduler.inner)
+        self._record_claims(self.scheduler.inner)
 
     def _record_events(self, scheduler: Any) -> None:
         """Keep every KV cache event the connector hands vLLM's scheduler (which publishes them)."""
@@ -483,17 +501,37 @@ class _Pair:
 
         connector.take_events = taken
 
+    def _record_claims(self, scheduler: Any) -> None:
+        """Keep what the scheduler-side connector claims for each request, and with how many local
+        hits it was asked (``Run.claims``); a claim past the request's tokens is an ``OverClaim``."""
+        connector = scheduler.connector
+        ask = getattr(connector, "get_num_new_matched_tokens", None)
+        if connector is None or ask is None:
+            return
+
+        def asked(request: Any, num_computed_tokens: int) -> Any:
+            answer = ask(request, num_computed_tokens)
+            claimed = answer[0] if isinstance(answer, tuple) else None
+            if self.run is not None and isinstance(claimed, int):
+                self.run.claims.setdefault(request.request_id, (num_computed_tokens, claimed))
+                if claimed > 0 and num_computed_tokens + claimed > request.num_tokens:
+                    raise OverClaim(request.request_id, num_computed_tokens, claimed, request.num_tokens)
+            return answer
+
+        connector.get_num_new_matched_tokens = asked
+
     def begin(self, phase: Phase, number: int) -> Run:
         """Start a phase: the prefix cache reset (after the first), the fill written, its requests
         admitted; the phase's clock starts."""
         h, era, assert_scheduler = self.harness, self.harness.era, self.scheduler
         assert assert_scheduler is not None
         self.ledger.phase = number
-        if self.runs:
+        if self.runs and phase.fresh:
             h._hook("scheduler", assert_scheduler.reset_prefix_cache)
         raw = backing_bytes(self.caches)
-        phase.fill(raw, era.storage_dtype(self.config), self.model_dtype)
-        scatter_bytes(self.caches, raw)
+        if phase.fresh:
+            phase.fill(raw, era.storage_dtype(self.config), self.model_dtype)
+            scatter_bytes(self.caches, raw)
         self.run = run = Run(self.kv_cache_dtype, self.layout, self.block_size, self.mla, self.caches, raw.clone(),
                              groups=self.groups)
         for request_id, prompt, *salt in phase.requests:

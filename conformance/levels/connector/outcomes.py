@@ -16,6 +16,7 @@ from conformance.levels.connector.harness import (
     NegativeClaim,
     NotBuilt,
     NotJudged,
+    OverClaim,
     PhantomHit,
     Run,
     built_here,
@@ -46,6 +47,8 @@ def connector_faults_fail(clause_id: str, context: str = "",
             reject()
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}{cannot_run_here('the connector', str(exc))}")
     except ConnectorRaised as exc:
+        if isinstance(exc.exc, OverClaim):  # raised by the harness inside vLLM's scheduler: a claim, not a crash
+            raise ClauseViolation(clause_id, f"{context}{exc.exc}") from exc
         if refuses_platform(str(exc)):  # its data path asked for a device this machine (or process) lacks
             pytest.skip(f"{NOT_RUNNABLE_PREFIX}the connector needs a device this machine lacks: it raised in {exc}")
         raise ClauseViolation(clause_id, f"{context}the connector raised in {exc}") from exc

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import uuid
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import pytest
 import torch
@@ -20,11 +21,15 @@ from conformance.contract.spec import SAME_WIDTH_TWINS, resolve_kv_cache_dtype
 from conformance.contract.strategies import active_kv_cache_dtypes, bits_dtype, raw_bit_patterns
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
+if TYPE_CHECKING:
+    from conformance.levels.connector.harness import ConnectorHarness, Phase, Run
+
 # The dtypes the CPU backend allocates (vLLM's CacheDType strings); fp8 ones are uint8 tensors.
 CPU_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # kv_cache_dtype twins the CPU backend allocates: same width, another element format.
 TWINS = {dtype: twin for dtype, twin in SAME_WIDTH_TWINS.items() if {dtype, twin} <= set(CPU_KV_CACHE_DTYPES)}
 BLOCK_SIZES = (16, 32)
+SCENARIO_BLOCK = 16  # the scenarios' block size: the smallest the level draws, the most blocks per prompt
 UNIQUE_PREFIX = 2  # tokens that make every example's prompts its own
 LOW_TOKEN = 2  # 0 and 1 are often special
 _counter = itertools.count(1)
@@ -111,3 +116,10 @@ def filler(data: st.DataObject, kv_cache_dtype: str) -> Callable[[torch.Tensor, 
         raw.view(bits_dtype(fmt)).copy_(bits)
 
     return fill
+
+
+def scenario_lifetime(api: ConnectorHarness, phases: list[Phase], **knobs: Any) -> list[Run]:
+    """One connector pair's lifetime over fresh storage, in the scenarios' block size, the default
+    kv_cache_dtype and the first layout the installed vLLM allocates."""
+    return api.lifetime(kv_cache_dtype="auto", layout=api.era.layouts()[0], block_size=SCENARIO_BLOCK,
+                        phases=phases, storage=f"scenario-{uuid.uuid4().hex[:12]}", **knobs)

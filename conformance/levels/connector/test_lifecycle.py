@@ -10,27 +10,29 @@ prefills in chunks, a small cache preempts, ``finish_requests`` aborts as the en
 
 from __future__ import annotations
 
-import uuid
+from typing import Collection
 
 import pytest
 
 from conformance.levels.connector import checks
 from conformance.levels.connector.harness import ConnectorHarness, Phase, Run, TransferStalled
 from conformance.levels.connector.outcomes import connector_faults_fail, where
-from conformance.levels.connector.scenarios import UNIQUE_PREFIX, Prompts, seeded_fill, unique_prompts
+from conformance.levels.connector.scenarios import (
+    SCENARIO_BLOCK,
+    UNIQUE_PREFIX,
+    Prompts,
+    scenario_lifetime,
+    seeded_fill,
+    unique_prompts,
+)
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
-BLOCK_SIZE = 16  # the smallest block size the level draws: the most chunks and blocks per prompt
+BLOCK_SIZE = SCENARIO_BLOCK
 CHUNK = 2 * BLOCK_SIZE  # the token budget (max_num_batched_tokens) that prefills in chunks
 PROMPT = 5 * BLOCK_SIZE + 3  # 3 chunks, and a tail that is not a whole block
 PROMPT_TOKENS = PROMPT + UNIQUE_PREFIX  # with the tokens that make each prompt its example's own
-
-
-def _lifetime(api: ConnectorHarness, phases: list[Phase], **knobs) -> list[Run]:
-    return api.lifetime(kv_cache_dtype="auto", layout=api.era.layouts()[0], block_size=BLOCK_SIZE,
-                        phases=phases, storage=f"lifecycle-{uuid.uuid4().hex[:12]}", **knobs)
 
 
 def _bytes_back(cid: str, stored: Run, sid: str, loaded: Run, lid: str, context: str, *, held: bool = False) -> None:
@@ -50,48 +52,60 @@ def _stored_then_asked_again(api: ConnectorHarness, cid: str, seed: int, context
     ps = unique_prompts(api.vocab_size, PROMPT, seed=seed)
     phases = [Phase([("stored", ps.stored)], seeded_fill(seed)), Phase([("load", ps.stored)], seeded_fill(seed + 1))]
     with connector_faults_fail(cid, context):
-        stored, loaded = _lifetime(api, phases)
+        stored, loaded = scenario_lifetime(api, phases)
     return ps, stored, loaded
 
 
-def _tenants_apart(api: ConnectorHarness, cid: str, phases: list[Phase], owner: str, *, stored: str, others: str,
-                   harm: str, fix: str, context: str = "") -> tuple[Run, Run]:
+def _tenants_apart(api: ConnectorHarness, cid: str, phases: list[Phase], owners: Collection[str], *, stored: str,
+                   others: str, harm: str, fix: str, context: str = "") -> tuple[Run, Run]:
     """The lifetime's first and last passes, after checking that of the last pass's requests only
-    ``owner`` (the first pass's tenant again) was claimed anything: what one tenant stored is never
-    served to another (``stored``, ``others``: who they are, in words)."""
+    ``owners`` (the first pass's tenants again, each with its own prompt) were claimed anything: what
+    one tenant stored is never served to another (``stored``, ``others``: who they are, in words)."""
     with connector_faults_fail(cid, context):
-        first, *_, last = _lifetime(api, phases)
-    leaked = {rid: n for rid, n in last.external_tokens.items() if n and rid != owner}
+        first, *_, last = scenario_lifetime(api, phases)
+    leaked = {rid: n for rid, n in last.external_tokens.items() if n and rid not in owners}
     if leaked:
         length = len(phases[0].requests[0][1])
-        raise ClauseViolation(cid, f"{context}a {length}-token prompt stored for {stored} was claimed for "
-                                   f"{others} ({leaked} tokens): {harm}. {fix} " + where(last, "reload by other tenants"))
+        raise ClauseViolation(cid, f"{context}what was stored for {stored} ({length}-token prompts) was claimed "
+                                   f"for {others} ({leaked} tokens): {harm}. {fix} " + where(last, "reload by other tenants"))
     return first, last
 
 
 @clause("api_cache_salt")
 def test_cache_salt(connector_api):
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=21)
-    phases = [Phase([("tenant-a", ps.stored, "salt-a")], seeded_fill(21)),
+    # Both ways: a salted tenant's prompt asked for by another salt and by none, and a prompt stored
+    # without a salt (the shared pool) asked for by salted tenants, whom a connector that falls back
+    # to the shared pool on a miss would serve what other tenants' traffic stored.
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=21)
+    phases = [Phase([("tenant-a", ps.stored, "salt-a"), ("shared", ps.neighbour)], seeded_fill(21)),
               Phase([("tenant-b", ps.stored, "salt-b"), ("unsalted", ps.stored),
-                     ("tenant-a-again", ps.stored, "salt-a")], seeded_fill(22))]
-    _tenants_apart(connector_api, "api_cache_salt", phases, "tenant-a-again",
-                   stored="a request with cache_salt='salt-a'", others="requests of another salt or none",
+                     ("tenant-a-on-shared", ps.neighbour, "salt-a"), ("tenant-b-on-shared", ps.neighbour, "salt-b"),
+                     ("tenant-a-again", ps.stored, "salt-a"), ("shared-again", ps.neighbour)], seeded_fill(22))]
+    _tenants_apart(connector_api, "api_cache_salt", phases, {"tenant-a-again", "shared-again"},
+                   stored="a request with cache_salt='salt-a' and a request without a salt",
+                   others="requests of another salt or none",
                    harm="one tenant is served another's KV",
-                   fix="Key stored KV by the request's cache_salt too (vLLM puts it in the first block's hash)")
+                   fix="Key stored KV by the request's cache_salt too (vLLM puts it in the first block's hash), and "
+                       "never fall back to another salt's (or the unsalted) KV on a miss")
 
 
 @clause("api_lora_isolation")
 def test_lora_isolation(connector_api):
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=35)
-    adapters = {"adapter-a": "adapter-a", "adapter-b": "adapter-b", "adapter-a-again": "adapter-a"}
-    phases = [Phase([("adapter-a", ps.stored)], seeded_fill(35), loras=adapters),
-              Phase([("adapter-b", ps.stored), ("base-model", ps.stored), ("adapter-a-again", ps.stored)],
+    # Both ways: an adapter's prompt asked for by another adapter and by the base model, and a base
+    # model's prompt asked for under adapters.
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=35)
+    adapters = {"adapter-a": "adapter-a", "adapter-b": "adapter-b", "adapter-a-on-base": "adapter-a",
+                "adapter-b-on-base": "adapter-b", "adapter-a-again": "adapter-a"}
+    phases = [Phase([("adapter-a", ps.stored), ("base", ps.neighbour)], seeded_fill(35), loras=adapters),
+              Phase([("adapter-b", ps.stored), ("base-model", ps.stored), ("adapter-a-on-base", ps.neighbour),
+                     ("adapter-b-on-base", ps.neighbour), ("adapter-a-again", ps.stored), ("base-again", ps.neighbour)],
                     seeded_fill(36), loras=adapters)]
-    _tenants_apart(connector_api, "api_lora_isolation", phases, "adapter-a-again",
-                   stored="a request of LoRA adapter 'adapter-a'", others="requests of another adapter or the base model",
+    _tenants_apart(connector_api, "api_lora_isolation", phases, {"adapter-a-again", "base-again"},
+                   stored="a request of LoRA adapter 'adapter-a' and a request of the base model",
+                   others="requests of another adapter or the base model",
                    harm="their KV differs (the adapter changes every layer's K and V), so they are served wrong KV",
-                   fix="Key stored KV by the request's lora_request too (vLLM puts its name in the block hashes)")
+                   fix="Key stored KV by the request's lora_request too (vLLM puts its name in the block hashes), "
+                       "and never fall back to the base model's KV on a miss")
 
 
 @clause("api_prompt_embeds")
@@ -106,7 +120,7 @@ def test_prompt_embeds(connector_api):
                     seeded_fill(42), embeds=embeds)]
     context = "with prompts given as embeddings (prompt_embeds, no token ids): "
     stored, again = _tenants_apart(
-        connector_api, cid, phases, "embeds-a-again", context=context, stored="one prompt's embeddings",
+        connector_api, cid, phases, {"embeds-a-again"}, context=context, stored="one prompt's embeddings",
         others="a request of other embeddings, or of the token ids vLLM puts in their place",
         harm="keyed by token ids, every embeddings prompt of a length is one key",
         fix="Key stored KV by the embeddings too (vLLM puts their hash in the block hashes)")
@@ -122,7 +136,7 @@ def test_chunked_prefill(connector_api):
     context = (f"with a token budget of {CHUNK} a step (max_num_batched_tokens), a {len(ps.stored)}-token prompt prefilled in "
                f"{-(-len(ps.stored) // CHUNK)} chunks and then asked for again: ")
     with connector_faults_fail(cid, context):
-        stored, loaded = _lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
+        stored, loaded = scenario_lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
     _bytes_back(cid, stored, "stored", loaded, "load", context.rstrip(": "))
 
 
@@ -138,7 +152,7 @@ def test_abort(connector_api):
               Phase([("a-third", ps.stored)], seeded_fill(27))]
     context = "with requests aborted mid-prefill and mid-load (scheduler.finish_requests, FINISHED_ABORTED): "
     with connector_faults_fail(cid, context):
-        first, second, third = _lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
+        first, second, third = scenario_lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
     for number, run in enumerate((first, second, third), 1):
         if run.held:
             raise ClauseViolation(cid, f"{context}in pass {number} (aborted: {sorted(run.aborted) or 'none'}), "
@@ -162,7 +176,7 @@ def test_preemption(connector_api):
               Phase([("b-again", ps.neighbour)], seeded_fill(29))]
     context = "with two 7-block prompts prefilled side by side in a cache of 10 usable blocks (a preemption): "
     with connector_faults_fail(cid, context):
-        first, *again = _lifetime(connector_api, phases, num_blocks=11,
+        first, *again = scenario_lifetime(connector_api, phases, num_blocks=11,
                                   scheduling={"max_num_batched_tokens": CHUNK, "long_prefill_token_threshold": 16})
     if not first.preempted:
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}vLLM preempted no request in this scenario (its scheduler changed?); "
@@ -204,7 +218,7 @@ def test_save_before_free(connector_api):
                "gave to the next request's chunk (its forward pass overwrote them) as soon as it gave them back, "
                "then asked for again")
     with connector_faults_fail(cid, context + ": "):
-        stored, loaded = _lifetime(connector_api, phases, num_blocks=neighbour_blocks + 1,
+        stored, loaded = scenario_lifetime(connector_api, phases, num_blocks=neighbour_blocks + 1,
                                    scheduling={"max_num_batched_tokens": budget})
     if not stored.reused:
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}vLLM gave no block back to another request in this scenario (its "
@@ -223,7 +237,7 @@ def test_transfer_reports(connector_api):
     phases = [Phase([("a", ps.stored), ("b", ps.neighbour)], seeded_fill(31)),
               Phase([("a-again", ps.stored), ("b-again", ps.neighbour)], seeded_fill(32))]
     with connector_faults_fail(cid):
-        runs = _lifetime(connector_api, phases)
+        runs = scenario_lifetime(connector_api, phases)
     for number, run in enumerate(runs, 1):
         wrong = run.misreports + [f"pass {number}: {held}" for held in run.held]
         if wrong:
