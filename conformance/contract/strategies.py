@@ -309,14 +309,48 @@ def format_twins(draw: st.DrawFn) -> TwinSpecs:
 
 
 # The shapes real keys have: a chunk hash (64 hex characters), LMCache's composite key string
-# (format@model@world_size@worker_id@chunk_hash@dtype) and a long path-like key. Keys of one run
-# share a long prefix and differ only at the end, so a store that truncates keys (a fixed-width
-# column, a 64-byte slot) collides them.
-KEY_SHAPES = ("hash", "lmcache", "long")
+# (format@model@world_size@worker_id@chunk_hash@dtype), a long path-like key, and LMCache's
+# layerwise key string (model@world_size@worker_id@chunk_hash@dtype@layer) under a local model
+# snapshot path, at 256 bytes (just past memcached's 250-byte keys and a 255-byte file name) and at
+# 1024 (S3's key limit). Keys of one run share a long prefix and differ only at the end, as the
+# layers of one chunk do, so a store that truncates or caps keys (a fixed-width column, a 64-byte
+# slot, memcached, a file named after its key) collides them.
+KEY_SHAPES = ("hash", "lmcache", "long", "lmcache_256", "lmcache_1024")
+_LONG_KEY_BYTES = {"lmcache_256": 256, "lmcache_1024": 1024}
+_SNAPSHOT = ("/mnt/shared/hf-cache/hub/models--Qwen--Qwen3-Coder-480B-A35B-Instruct-FP8/snapshots/"
+             "9d1d8b5d4b5ad1d2a5d3bd3e0b5d9f0e7a1c2b3d/")
+
+# The names of a run's key pool (``pool_keys``): "A" is "a" in another case, so a store that folds
+# case (a case-insensitive file system, a lower()ing normaliser) serves one for the other.
+KEY_NAMES = ("a", "b", "A")
 
 
-def realistic_key(shape: str) -> str:
-    """A key no other example uses, shaped as ``shape`` says (one of ``KEY_SHAPES``)."""
+class KeyTwins(NamedTuple):
+    """Two distinct keys (``pool_keys(shape, names)``) that a store which normalises or caps its
+    keys serves as one; ``why`` says what they are."""
+    why: str
+    shape: str
+    names: tuple[str, str]
+
+
+KEY_TWINS = (
+    KeyTwins("two keys that differ only in letter case", "lmcache", ("a", "A")),
+    KeyTwins("two keys of 256 bytes that differ only in their last character", "lmcache_256", ("a", "b")),
+    KeyTwins("two keys of 1024 bytes that differ only in their last character", "lmcache_1024", ("a", "b")),
+)
+
+
+def pool_keys(shape: str, names: Sequence[str] = KEY_NAMES) -> dict[str, str]:
+    """One key per name, of ``shape``, no other example uses: they share all but ``"@" + name`` at
+    the end (as LMCache's layerwise keys of one chunk share all but the layer id), and a long shape
+    keeps its length exactly."""
+    prefix = realistic_key(shape, room=1 + max(len(n) for n in names))
+    return {name: f"{prefix}@{name}" for name in names}
+
+
+def realistic_key(shape: str, *, room: int = 0) -> str:
+    """A key no other example uses, shaped as ``shape`` says (one of ``KEY_SHAPES``). A long
+    LMCache shape is ``room`` bytes short of its length, for a suffix the caller appends."""
     chunk = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
     if shape == "hash":
         return chunk
@@ -325,6 +359,12 @@ def realistic_key(shape: str) -> str:
     if shape == "long":
         return "/".join(["kvconform", "tenants", "a" * 40, "models", "Qwen3-30B-A3B-FP8", "tp8", "rank3",
                          "layers", "0-47", "chunks", "b" * 60, chunk])
+    if shape in _LONG_KEY_BYTES:
+        tail = f"@8@3@{chunk}@bfloat16"  # "@" and the layer id: the caller's suffix
+        pad = _LONG_KEY_BYTES[shape] - room - len(_SNAPSHOT) - len(tail)
+        # The snapshot path goes deeper (a tenant's fine-tune under it) until the key has its length.
+        model = _SNAPSHOT + "/".join(["finetunes", "tenant-" + "0123456789abcdef" * 64])[:max(pad, 0)]
+        return model + tail
     raise ValueError(f"key shape {shape!r}; valid: {', '.join(KEY_SHAPES)}")
 
 

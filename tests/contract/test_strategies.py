@@ -11,6 +11,9 @@ from conformance.contract.formats import special_bit_patterns
 from conformance.contract.spec import KVSpec, Layout
 from conformance.contract.store import logical_bytes
 from conformance.contract.strategies import (
+    KEY_NAMES,
+    KEY_SHAPES,
+    KEY_TWINS,
     NON_CONTIGUOUS_VIEW_KINDS,
     PADDING_BYTE,
     VIEW_KINDS,
@@ -18,7 +21,9 @@ from conformance.contract.strategies import (
     bits_dtype,
     format_twins,
     kv_specs,
+    pool_keys,
     realise,
+    realistic_key,
 )
 
 
@@ -79,3 +84,36 @@ def test_unknown_view_kind_is_rejected(kind):
     spec = KVSpec()
     with pytest.raises(ValueError, match="valid: contiguous"):
         realise(torch.zeros(spec.layer_shape, dtype=spec.storage_dtype), spec, kind)
+
+
+@pytest.mark.parametrize("shape", KEY_SHAPES)
+def test_a_key_pool_shares_all_but_its_last_character(shape):
+    keys = pool_keys(shape)
+    assert list(keys) == list(KEY_NAMES)
+    assert len({len(k) for k in keys.values()}) == 1
+    assert len({k[:-1] for k in keys.values()}) == 1 and len(set(keys.values())) == len(KEY_NAMES)
+    assert pool_keys(shape) != keys  # a pool no other run uses
+
+
+def test_key_pools_include_case_twins_and_keys_of_256_to_1024_bytes():
+    assert {"a", "A"} <= set(KEY_NAMES)
+    lengths = {len(next(iter(pool_keys(shape).values())).encode()) for shape in KEY_SHAPES}
+    assert {256, 1024} <= lengths and max(lengths) == 1024  # past memcached's 250 and a 255-byte name
+
+
+def test_key_twins_collide_only_under_case_folding_or_a_length_cap():
+    for twins in KEY_TWINS:
+        a, b = pool_keys(twins.shape, twins.names).values()
+        assert a != b
+        case_only = a.lower() == b.lower()
+        assert case_only or (len(a) == len(b) >= 256 and a[:250] == b[:250] and a[:255] == b[:255]), twins
+    assert any(a.lower() == b.lower() for a, b in (pool_keys(t.shape, t.names).values() for t in KEY_TWINS))
+
+
+def test_long_lmcache_keys_look_like_lmcaches():
+    # LMCache's layerwise key string: model@world_size@worker_id@chunk_hash@dtype@layer
+    model, world_size, worker, chunk, dtype, layer = pool_keys("lmcache_1024")["b"].split("@")
+    assert model.startswith("/mnt/") and (world_size, worker, dtype, layer) == ("8", "3", "bfloat16", "b")
+    assert len(chunk) == 64 and int(chunk, 16) >= 0
+    with pytest.raises(ValueError, match="valid: hash"):
+        realistic_key("nope")
