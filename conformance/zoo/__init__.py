@@ -61,6 +61,14 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
     ZooMember("conformance.zoo.key_truncating:make_store",
               "keeps the first 64 characters of a key: real keys, which share long prefixes, collide",
               frozenset({"state_machine"})),
+    ZooMember("conformance.zoo.key_capped:make_store",
+              "cuts keys to 250 bytes (memcached's limit; a file named after its key is cut at 255): "
+              "LMCache's keys under a long model path, which differ only at the end, collide",
+              frozenset({"state_machine"})),
+    ZooMember("conformance.zoo.case_folding:make_store",
+              "folds keys to lower case (a case-insensitive file system, a lower()ing normaliser): "
+              "keys that differ only in case serve each other's KV",
+              frozenset({"state_machine"})),
     ZooMember("conformance.zoo.value_capped:make_store",
               "keeps at most 1 MiB of a value and zero-fills the rest (a silent item-size cap)",
               frozenset({"byte_exact_roundtrip"})),

@@ -7,25 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conformance.contract.spec import KVSpec
-from conformance.contract.store import KVEntry
-from conformance.stores.memory import MemoryStore
+from conformance.zoo._key_mapping import KeyMappingStore
 
 KEY_WIDTH = 64
 
 
-class KeyTruncatingStore(MemoryStore):
-    def put(self, key: str, entry: KVEntry) -> None:
-        super().put(key[:KEY_WIDTH], entry)
-
-    def get(self, key: str, spec: KVSpec) -> KVEntry | None:
-        return super().get(key[:KEY_WIDTH], spec)
-
-    def contains(self, key: str, spec: KVSpec) -> bool:
-        return super().contains(key[:KEY_WIDTH], spec)
-
-    def delete(self, key: str, spec: KVSpec) -> bool:
-        return super().delete(key[:KEY_WIDTH], spec)
+class KeyTruncatingStore(KeyMappingStore):
+    def store_key(self, key: str) -> str:
+        return key[:KEY_WIDTH]
 
 
 def make_store(workdir: Path | None = None, **_: Any) -> KeyTruncatingStore:

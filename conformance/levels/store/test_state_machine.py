@@ -1,19 +1,25 @@
 """The stateful clause: any sequence of operations agrees with a plain dict.
 
 Keys come from a small pool so that overwrites, deletes of absent keys and gets after delete
-all happen. Each machine run uses its own key prefix on the shared store, of a real key's shape
-and length (a chunk hash, LMCache's composite key, a long path): the pool's keys differ only in
-their last character, as real keys sharing a long prefix do.
+all happen. Each machine run draws its pool (``pool_keys``) on the shared store in the next of
+the real key shapes (a chunk hash, LMCache's composite key, a long path, LMCache's layerwise key
+under a model path of 256 and of 1024 bytes): the pool's keys differ only in their last
+character, as real keys sharing a long prefix do, and two of them only in its case.
 
 After the drawn runs, one explicit run per ``kv_cache_dtype`` of the axis: put, overwrite with every
 bit inverted and other scales, get, contains (and delete, get, contains). Drawn contents are mostly
 zeros, so a drawn overwrite often puts the bytes the key already held, and a store that keeps the
 first put under a key (LMCache's LocalCPU and LocalDisk backends) passed or failed by the seed.
+Then one explicit run per pair of key twins (``KEY_TWINS``: keys that differ only in case, keys of
+256 and of 1024 bytes that differ only in their last character): each twin put, with other bytes,
+each read back (and one deleted, the other still there). Whether a drawn run meets both twins
+depends on its draws; a store that folds case or caps its keys must fail whatever they were.
 """
 
 from __future__ import annotations
 
 import itertools
+from typing import Callable, Mapping
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -21,24 +27,34 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from conformance.contract.spec import KVSpec
 from conformance.contract.store import KVEntry
-from conformance.contract.strategies import KEY_SHAPES, bit_patterns, kv_specs, realistic_key, scales, sweep_entries
+from conformance.contract.strategies import (
+    KEY_NAMES,
+    KEY_SHAPES,
+    KEY_TWINS,
+    KeyTwins,
+    bit_patterns,
+    kv_specs,
+    pool_keys,
+    scales,
+    sweep_entries,
+)
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_bytes, float_bits
 from conformance.verdict.clauses import clause, count_example
 
 from ._steps import invert_bits
 
 _CLAUSE = "state_machine"
-KEY_POOL = st.sampled_from(["a", "b", "c"])
+KEY_POOL = st.sampled_from(KEY_NAMES)
 _RUNS = itertools.count()
 
 
 class StoreMachine(RuleBasedStateMachine):
-    def __init__(self, store, nodeid: str) -> None:
+    def __init__(self, store, nodeid: str, keys: Mapping[str, str] | None = None) -> None:
         super().__init__()
         count_example()  # nodeid: kept, the factory's source seeds the derandomized runs
         self.store = store
         # Each run the next key shape: no draw of its own, so the runs' operations stay as drawn.
-        self.prefix = realistic_key(KEY_SHAPES[next(_RUNS) % len(KEY_SHAPES)])
+        self.keys = dict(keys) if keys is not None else pool_keys(KEY_SHAPES[next(_RUNS) % len(KEY_SHAPES)])
         self.model: dict[str, KVEntry] = {}
         self.spec: KVSpec | None = None
 
@@ -47,7 +63,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.spec = spec
 
     def _key(self, k: str) -> str:
-        return f"{self.prefix}/{k}"
+        return self.keys[k]
 
     @rule(k=KEY_POOL, data=st.data())
     def put(self, k, data):
@@ -89,30 +105,70 @@ class StoreMachine(RuleBasedStateMachine):
         self.model.pop(k, None)
 
 
-def overwrite_failure(store, nodeid: str, entry: KVEntry) -> str | None:
-    """The explicit run (module doc), through the machine's own steps so that its checks apply; what
-    it found, if anything (returned, not raised: the clause's message names the run once)."""
-    machine = StoreMachine(store, nodeid)
-    machine.spec = entry.spec
-    changed = entry.tensor.clone()
-    invert_bits(changed)
+def explicit_failure(store, nodeid: str, spec: KVSpec, steps: Callable[[StoreMachine], None],
+                     keys: Mapping[str, str] | None = None) -> str | None:
+    """An explicit run (module doc): ``steps`` through the machine's own steps, so that its checks
+    apply; what it found, if anything (returned, not raised: the clause's message names the run once)."""
+    machine = StoreMachine(store, nodeid, keys)
+    machine.spec = spec
     try:
-        machine.put_entry("a", entry)
-        machine.put_entry("a", KVEntry(entry.spec, changed, entry.k_scale * 2, entry.v_scale * 2 + 1))
-        machine.get("a")
-        machine.contains("a")
-        if "delete" in store.capabilities:
-            machine.delete("a")
-            machine.get("a")
-            machine.contains("a")
+        steps(machine)
     except ClauseViolation as exc:
         return exc.detail
     return None
 
 
+def _inverted(entry: KVEntry) -> KVEntry:
+    """``entry`` with every bit inverted and other scales: every element and both scales differ."""
+    changed = entry.tensor.clone()
+    invert_bits(changed)
+    return KVEntry(entry.spec, changed, entry.k_scale * 2, entry.v_scale * 2 + 1)
+
+
+def overwrite_run(entry: KVEntry) -> Callable[[StoreMachine], None]:
+    def steps(machine: StoreMachine) -> None:
+        machine.put_entry("a", entry)
+        machine.put_entry("a", _inverted(entry))
+        machine.get("a")
+        machine.contains("a")
+        if "delete" in machine.store.capabilities:
+            machine.delete("a")
+            machine.get("a")
+            machine.contains("a")
+    return steps
+
+
+def twins_run(entry: KVEntry, twins: KeyTwins) -> Callable[[StoreMachine], None]:
+    first, second = twins.names
+
+    def steps(machine: StoreMachine) -> None:
+        machine.put_entry(first, entry)
+        machine.put_entry(second, _inverted(entry))
+        for name in (first, second):
+            machine.get(name)
+            machine.contains(name)
+        if "delete" in machine.store.capabilities:
+            machine.delete(first)
+            machine.get(second)
+            machine.contains(first)
+    return steps
+
+
+def _twins_label(keys: Mapping[str, str]) -> str:
+    a, b = (f"'...{key[-20:]}'" for key in keys.values())
+    return f"{a} and {b}, {len(next(iter(keys.values())))} bytes"
+
+
 @clause(_CLAUSE)
 def test_state_machine(kv_store, request):
     run_state_machine_as_test(lambda: StoreMachine(kv_store, request.node.nodeid), settings=settings())
+    nodeid = request.node.nodeid
     for label, entry in sweep_entries():
-        if (found := overwrite_failure(kv_store, request.node.nodeid, entry)) is not None:
+        if (found := explicit_failure(kv_store, nodeid, entry.spec, overwrite_run(entry))) is not None:
             raise ClauseViolation(_CLAUSE, f"{found} [the explicit overwrite run, {label}]")
+    label, entry = sweep_entries()[0]
+    for twins in KEY_TWINS:
+        keys = pool_keys(twins.shape, twins.names)
+        if (found := explicit_failure(kv_store, nodeid, entry.spec, twins_run(entry, twins), keys)) is not None:
+            raise ClauseViolation(_CLAUSE, f"{found} [the explicit run of {twins.why} ({_twins_label(keys)}), "
+                                           f"{label}]")
