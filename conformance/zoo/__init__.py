@@ -55,6 +55,10 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
               "keeps a reference to the caller's tensor, not its bytes (an asynchronous save that "
               "reads a block vLLM has already reused)",
               frozenset({"no_aliasing"})),
+    ZooMember("conformance.zoo.write_behind:make_store",
+              "keeps a reference to the caller's tensor until the key's first read, then copies it (a "
+              "write-behind store: a block reused between put and the first get is stored as this KV)",
+              frozenset({"no_aliasing"})),
     ZooMember("conformance.zoo.shared_buffer_get:make_store",
               "hands out its own buffer on get (a zero-copy read the engine then writes into)",
               frozenset({"no_aliasing"})),

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.contract.store import logical_bytes
+from conformance.contract.store import KVEntry, logical_bytes
 from conformance.contract.strategies import NON_CONTIGUOUS_VIEW_KINDS, VIEW_KINDS, fresh_key, kv_entries
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_hit, assert_same_bytes, float_bits
 from conformance.verdict.clauses import clause
@@ -80,25 +80,38 @@ def test_scales_roundtrip(kv_store, entry):
 @given(entry=kv_entries(kinds=VIEW_KINDS), whole=st.booleans())
 def test_no_aliasing(kv_store, entry, whole):
     """The asynchronous-save bug in a store: a put that keeps a reference to the caller's tensor
-    (vLLM reuses a freed block for the next request), or a get that hands out the store's own
-    buffer (the engine writes into the tensor it loads). Judged against what the first get
-    returned, so a store that gets the bytes wrong anyway (byte_exact_roundtrip's business) is
-    judged here only on whether they stay put."""
+    (vLLM reuses a freed block for the next request), if only until its first read (a write-behind
+    store), or a get that hands out the store's own buffer (the engine writes into the tensor it
+    loads). So the caller overwrites its tensor right after put, before any get. Judged against the
+    bytes as they were at put, read back through the store: a twin of the tensor taken at put (the
+    same view over a copy of its memory) is put under a second key and never touched, so a store
+    that gets the bytes wrong anyway (byte_exact_roundtrip's business) is judged here only on
+    whether they stay put."""
     cid = "no_aliasing"
-    key = fresh_key()
+    key, control = fresh_key(), fresh_key()
+    at_put = KVEntry(entry.spec, _twin(entry.tensor), entry.k_scale, entry.v_scale)
     kv_store.put(key, entry)
-    first = assert_hit(kv_store.get(key, entry.spec), clause=cid, key=key, spec=entry.spec).tensor.clone()
+    kv_store.put(control, at_put)
     _scribble(entry.tensor, whole)
     how = "all of its memory" if whole else "the view's region"
     got = assert_hit(kv_store.get(key, entry.spec), clause=cid, key=key, spec=entry.spec)
-    assert_same_bytes(got.tensor, first, clause=cid,
-                      context=f"after the caller overwrote {how} of the tensor it had put ({entry!r}): the store "
-                              "kept a reference to it, not its bytes")
+    want = assert_hit(kv_store.get(control, entry.spec), clause=cid, key=control, spec=entry.spec).tensor.clone()
+    assert_same_bytes(got.tensor, want, clause=cid,
+                      context=f"after the caller overwrote {how} of the tensor it had put, before the first get "
+                              f"({entry!r}): the store kept a reference to it, not its bytes")
     _scribble(got.tensor, whole=False)
     again = assert_hit(kv_store.get(key, entry.spec), clause=cid, key=key, spec=entry.spec)
-    assert_same_bytes(again.tensor, first, clause=cid,
+    assert_same_bytes(again.tensor, want, clause=cid,
                       context=f"after the caller wrote into the tensor a get returned ({entry!r}): get handed out "
                               "the store's own buffer")
+
+
+def _twin(tensor: torch.Tensor) -> torch.Tensor:
+    """The same view as ``tensor`` (size, strides, storage offset) over a copy of all of its memory:
+    what put was given, laid out as it was, that no later write to ``tensor`` reaches."""
+    memory = torch.empty(0, dtype=torch.uint8).set_(tensor.untyped_storage()).clone()
+    return torch.empty(0, dtype=tensor.dtype).set_(memory.untyped_storage(), tensor.storage_offset(),
+                                                    tensor.shape, tensor.stride())
 
 
 def _scribble(tensor: torch.Tensor, whole: bool) -> None:
