@@ -9,7 +9,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from conformance.stores.lmcache_forks import ForkServer
 from conformance.stores.lmcache_server import LMCacheServer
@@ -49,13 +49,18 @@ class ConnectorChoice:
     capabilities: frozenset[str] = frozenset()
     lossy_tolerance: float | None = None  # the logprob tolerance a lossy connector declares
     storage_hook: str | None = None  # 'module:object' that damages storage the suite cannot see
+    # The environment its engines need (--kv-engine-env NAME=VALUE: a hash seed its documentation
+    # requires), as its deployment sets it for every engine; values may be secrets (results.recorded_env).
+    engine_env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def parse(cls, spec: str, extra_json: str | None = None, role: str = "kv_both",
-              capabilities: str | None = None, storage_hook: str | None = None) -> ConnectorChoice:
+              capabilities: str | None = None, storage_hook: str | None = None,
+              engine_env: Sequence[str] = ()) -> ConnectorChoice:
         """``Name`` (vLLM's registry) or ``package.module:ClassName`` (kv_connector_module_path), its
-        extra config as JSON, its declared capabilities (``persistent,lossy=0.05``) and the hook that
-        damages its storage where the suite cannot (``module:object``)."""
+        extra config as JSON, its declared capabilities (``persistent,lossy=0.05``), the hook that
+        damages its storage where the suite cannot (``module:object``) and the environment its
+        engines need (``NAME=VALUE`` each)."""
         try:
             extra = json.loads(extra_json) if extra_json else {}
         except ValueError as exc:
@@ -67,7 +72,8 @@ class ConnectorChoice:
         if storage_hook is not None and not re.fullmatch(r"[\w.]+:[\w.]+", storage_hook):
             raise ValueError(f"--kv-storage-hook {storage_hook!r} is not 'package.module:object'")
         return cls(name=name, module_path=module or None, extra_config=extra, role=role, capabilities=caps,
-                   lossy_tolerance=tolerance, storage_hook=storage_hook)
+                   lossy_tolerance=tolerance, storage_hook=storage_hook,
+                   engine_env=parse_engine_env(engine_env))
 
     @property
     def label(self) -> str:
@@ -167,6 +173,18 @@ def cannot_run_here(label: str, error: str) -> str:
         return f"{label} declines this platform ({error})"
     return (f"{label} could not be built here ({error}); if it needs configuration, pass it with "
             "--kv-connector-extra-config")
+
+
+def parse_engine_env(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """``["PYTHONHASHSEED=0"]`` -> ``(("PYTHONHASHSEED", "0"),)``, in order, a name given twice
+    taking its last value; a malformed item is one clear error that never repeats its value."""
+    found: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"--kv-engine-env: expected NAME=VALUE, got an item named {name[:40]!r}")
+        found[name] = value
+    return tuple(found.items())
 
 
 def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:

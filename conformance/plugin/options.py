@@ -31,6 +31,7 @@ ENGINE_TIMEOUT = "--kv-engine-timeout"
 ENGINE_START = "--kv-engine-start"
 ENGINE_LANES = "--kv-engine-lanes"
 ENGINE_BASELINES = "--kv-engine-baselines"
+ENGINE_ENV = "--kv-engine-env"
 LEVELS_OPTION = "--kv-levels"
 LEVELS = ("store", "connector", "engine")
 PROFILES = ("dev", "ci", "deep", "certify")
@@ -92,6 +93,12 @@ def add_options(parser: pytest.Parser) -> None:
     engine.addoption(ENGINE_LANES, type=int, default=2, choices=[1, 2], metavar="N",
                      help="2 (the default): the roles whose storage no other role touches (the format twin's "
                           "baseline, LoRA, block reuse) run beside the rest once the baseline ran; 1: one engine at a time")
+    engine.addoption(ENGINE_ENV, action="append", default=[], metavar="NAME=VALUE",
+                     help="an environment variable every engine of the connector runs with, as its deployment "
+                          "sets it (repeatable): 'PYTHONHASHSEED=0' for a connector whose documentation requires "
+                          "a fixed hash seed. Without one, each engine that loads what another stored runs in an "
+                          "interpreter of another hash seed, as a separately started vllm serve does. Recorded "
+                          "by name; values only of PYTHONHASHSEED")
     engine.addoption(ENGINE_BASELINES, default=None, metavar="DIR",
                      help="share no-connector baseline runs through DIR across cells (a matrix run passes "
                           "its results' baselines/); default: every cell starts its own")

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Collection
 
 from conformance.contract.spec import same_width_twin
+from conformance.levels.engine import separate
 from conformance.levels.engine.baselines import BaselineStore
 from conformance.levels.engine.launch import EngineHost, EngineRun, run_engine, serving_engine
 from conformance.levels.subject import ConnectorChoice, LMCacheService, side_channel_ports
 from conformance.stores.lmcache_forks import ForkServer
+from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.guard import HarnessError
 
 VOCAB_LOW, VOCAB_HIGH = 4, 2048
@@ -88,6 +90,19 @@ def world_of(role: str) -> str:
     return WORLDS.get(role, ACROSS)
 
 
+# The engines that read what another engine stored (or was handed: the P/D consumer), which in
+# production is a separately started process: they run in an interpreter of their own, started with
+# another hash seed than the cell's other engines (``separate``: another host, or fresh processes).
+SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "consumer")
+CROSS_ENGINE = frozenset({"persistent", "pd"})  # the capabilities of the clauses that run a SECOND_ENGINE role
+
+
+def side_of(role: str) -> str:
+    """The interpreter ``role``'s engine runs in: ``separate.SECOND`` for the engines that load what
+    another stored, ``separate.FIRST`` for every other."""
+    return separate.SECOND if role in SECOND_ENGINE else separate.FIRST
+
+
 NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells (BaselineStore)
 # Roles whose engine settings the baseline does not share (LoRA on; a cache of a few blocks): when
 # one fails, the same engine without the connector says whether vLLM runs those settings here at all.
@@ -137,8 +152,26 @@ class EngineCell:
         self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
         self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
         workdir.mkdir(parents=True, exist_ok=True)
-        # vLLM imported once for the cell's engines; hosted=False: each engine a fresh process.
-        self.host = EngineHost(python, workdir / "engine-host.log") if hosted else None
+        # vLLM imported once per interpreter of the cell's engines (``side_of``), each started with
+        # its own hash seed and the environment the connector declares; hosted=False: each engine a
+        # fresh process, started the same way. A host a matrix runner handed over is the first one
+        # (unless the connector declares an environment it was not started with).
+        declared = dict(connector.engine_env)
+        self.interpreters = {separate.FIRST: separate.interpreter_env(separate.draw_seed(), declared)}
+        self.hosts: dict[str, EngineHost] = {}
+        if hosted:
+            first = self.hosts[separate.FIRST] = EngineHost(python, workdir / "engine-host.log", adopt=not declared,
+                                                            env=self.interpreters[separate.FIRST])
+            first.launch()
+            if first.handed and first.hash_seed:
+                self.interpreters[separate.FIRST] = separate.interpreter_env(first.hash_seed, declared)
+        taken = {separate.seed_of(self.interpreters[separate.FIRST]) or ""}
+        self.interpreters[separate.SECOND] = separate.interpreter_env(separate.draw_seed(taken), declared)
+        if hosted:
+            second = self.hosts[separate.SECOND] = EngineHost(python, workdir / "engine-host-second.log", adopt=False,
+                                                              env=self.interpreters[separate.SECOND])
+            if any(CLAUSES[c].requires & CROSS_ENGINE for c in clauses if c in CLAUSES):
+                second.launch()  # its imports beside the first host's and the baseline, not before a load engine
         self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
         self.batches = prompt_batches(block_size)
         self.runs: dict[str, EngineRun] = {}
@@ -212,8 +245,8 @@ class EngineCell:
     def close(self) -> None:
         if self._lane is not None:  # its engines end by their own deadline at the latest
             self._lane.shutdown(wait=True, cancel_futures=True)
-        if self.host is not None:
-            self.host.close()
+        for host in self.hosts.values():
+            host.close()
         if self.servers:
             LMCacheService.stop_all(self.servers.values())
         if self._forks is not None:
@@ -337,7 +370,7 @@ class EngineCell:
         kept in, the matrix run's baselines when there are any."""
         def start() -> EngineRun:
             return run_engine(spec, self.workdir / "engines", name, timeout_s=self.timeout_s, python=self.python,
-                              host=self.host, env=lane_binding())
+                              **self._process(name, lane_binding()))
 
         return self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
 
@@ -377,7 +410,7 @@ class EngineCell:
                          "kv_transfer_params": {"do_remote_decode": True}}
         engines = self.workdir / "engines"
         with serving_engine(producer_spec, engines, "producer", timeout_s=self.timeout_s, python=self.python,
-                            env=side_channel_ports(), host=self.host) as producer:
+                            **self._process("producer", side_channel_ports())) as producer:
             self.runs["producer"] = producer
             if not producer.ok:
                 return producer, None
@@ -385,8 +418,14 @@ class EngineCell:
             for batch in spec["batches"]:
                 batch["kv_transfer_params"] = [r["kv_transfer_params"] for r in producer.requests(batch["name"])]
             self.runs["consumer"] = run_engine(spec, engines, "consumer", timeout_s=self.timeout_s,
-                                               python=self.python, env=side_channel_ports(), host=self.host)
+                                               python=self.python, **self._process("consumer", side_channel_ports()))
         return producer, self.runs["consumer"]
+
+    def _process(self, role: str, env: dict[str, str]) -> dict[str, Any]:
+        """How ``role``'s engine is started: the host of its interpreter (``side_of``), and ``env`` with
+        that interpreter's (a fresh process, where no host runs it, is started with the same hash seed)."""
+        side = side_of(role)
+        return {"host": self.hosts.get(side), "env": {**env, **self.interpreters[side]}}
 
     def _hung_run(self, role: str) -> EngineRun | None:
         """Once an engine with the connector was killed at its deadline, no other is started: each
@@ -435,16 +474,21 @@ class EngineCell:
         """Per role, its engine's wall and vLLM start times (and the baseline it reused); what the cell
         cost in engine processes and vLLM imports (its host's one, plus each engine's own)."""
         started = [r for r in self.runs.values() if "reused_from" not in r.result and r.wall_s]
-        host = self.host.describe() if self.host else None
+        hosts = {side: host.describe() for side, host in self.hosts.items() if host.launched}
         return {role: {"wall_s": r.wall_s, "engine_start_s": r.result.get("t_engine_start_s"),
                        "batches_s": r.result.get("t_batches_s"),
+                       # which interpreter it ran in: its PID, hash seed, hash() probe and vLLM's NONE_HASH
+                       **({"process": r.result["process"]} if "process" in r.result else {}),
                        **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
                 for role, r in self.runs.items()} | {
             "lmcache_servers_ready_s": {world or "across": s.ready_s for world, s in (self.servers or {}).items()
                                         if s.ready_s is not None} or None,
-            "engine_host": host, "engine_starts": len(started), "lanes": self.lanes,
+            "engine_host": hosts.get(separate.FIRST), "second_engine_host": hosts.get(separate.SECOND),
+            # the hash seed each interpreter was started with (a drawn one, or the connector's own)
+            "hash_seeds": {side: separate.seed_of(env) for side, env in self.interpreters.items()},
+            "engine_starts": len(started), "lanes": self.lanes,
             "vllm_imports": sum(r.result.get("imported_vllm") is True for r in started)
-            + bool(host and host.get("ready_s") is not None)}
+            + sum(h.get("ready_s") is not None for h in hosts.values())}
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ import time
 import traceback
 from typing import Any, NoReturn
 
+from conformance.levels.engine import separate
+
 COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
             "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits")
 
@@ -202,6 +204,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     if adapter is not None:
         llm.llm_engine.add_lora(adapter)  # an adapter vLLM cannot load here fails the start, not a request
     result["t_engine_start_s"] = round(time.perf_counter() - t, 2)
+    result["process"] = separate.identity()  # once the engine set vLLM's NONE_HASH
     result["torch_threads"] = torch.get_num_threads()  # what the engine computes on (a release may rebind it)
     cache = llm.llm_engine.vllm_config.cache_config
     model_config = llm.llm_engine.vllm_config.model_config
@@ -320,6 +323,7 @@ def _write(path: str, result: dict[str, Any]) -> None:
 
 def prepare_environment(spec: dict[str, Any]) -> None:
     """The environment an engine runs in, set before vLLM is imported (a host sets it once)."""
+    separate.settle()  # a hash seed the suite drew is the interpreter's, never vLLM's
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # In-process engine core: 4-5x cheaper to start than vLLM's default EngineCore process and a

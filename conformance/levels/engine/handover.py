@@ -20,9 +20,10 @@ import subprocess
 from pathlib import Path
 from typing import IO, Any, Mapping
 
+from conformance.levels.engine import separate
 from conformance.util import procs
 
-HANDED_ENV = "KVCONFORM_ENGINE_HOST"  # {"pid", "read_fd", "write_fd", "python", "log"}: a host handed over
+HANDED_ENV = "KVCONFORM_ENGINE_HOST"  # {"pid", "read_fd", "write_fd", "python", "log", "hash_seed"}: a host handed over
 ENDED_S = 10.0  # a host whose cell closed its stdin has this long to end with its children
 
 
@@ -34,18 +35,21 @@ def start_host(python: str, log_path: Path, env: Mapping[str, str]) -> subproces
 
 
 class AheadHost:
-    """A host the runner started for ``python``, until a cell takes it (``handed``) and ends (``finish``)."""
+    """A host the runner started for ``python``, until a cell takes it (``handed``) and ends (``finish``).
+    It runs with a hash seed of its own (``separate``): the cell's first engines' interpreter."""
 
     def __init__(self, python: str, log_path: Path, env: Mapping[str, str]) -> None:
         self.python, self.log_path = python, log_path
-        self.proc = start_host(python, log_path, env)
+        self.hash_seed = separate.draw_seed()
+        self.proc = start_host(python, log_path, {**env, **separate.interpreter_env(self.hash_seed, {})})
 
     def handed(self) -> tuple[dict[str, str], tuple[int, ...]]:
         """The environment and the fds that hand this host to the process spawned with them."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         read_fd, write_fd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
         return ({HANDED_ENV: json.dumps({"pid": self.proc.pid, "read_fd": read_fd, "write_fd": write_fd,
-                                         "python": self.python, "log": str(self.log_path)})},
+                                         "python": self.python, "log": str(self.log_path),
+                                         "hash_seed": self.hash_seed})},
                 (read_fd, write_fd))
 
     def let_go(self) -> None:
@@ -80,9 +84,11 @@ class HandedHost(procs.NotChild):
             os.set_inheritable(fd, False)
 
 
-def adopt(python: str) -> tuple[HandedHost, Path] | None:
-    """The host handed to this process for ``python``, and its log, once (the first caller takes it);
-    None when none was handed, it was handed for another Python, or its fds are not this process's."""
+def adopt(python: str, accept: bool = True) -> tuple[HandedHost, Path, str | None] | None:
+    """The host handed to this process for ``python``, its log and its hash seed, once (the first
+    caller takes it); None when none was handed, it was handed for another Python, its fds are not
+    this process's, or the caller cannot ``accept`` it (a connector that declares its engines'
+    environment: the host was started without it), which ends it."""
     raw = os.environ.pop(HANDED_ENV, "")
     if not raw or not hasattr(os, "pidfd_open"):  # none handed, or not Linux (no pidfds): a host of its own
         return None
@@ -93,9 +99,9 @@ def adopt(python: str) -> tuple[HandedHost, Path] | None:
             os.fstat(fd)
     except (ValueError, KeyError, TypeError, OSError):  # a stale value an outer process left: not ours
         return None
-    if os.path.abspath(handed["python"]) == os.path.abspath(python):
+    if accept and os.path.abspath(handed["python"]) == os.path.abspath(python):
         try:
-            return HandedHost(int(handed["pid"]), *fds), Path(handed["log"])
+            return HandedHost(int(handed["pid"]), *fds), Path(handed["log"]), handed.get("hash_seed")
         except OSError:  # gone already (no pidfd): the host failed, as one of the cell's own can
             pass
     for fd in fds:  # the host ends when its stdin does: never one that no cell will use

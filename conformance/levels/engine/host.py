@@ -14,7 +14,7 @@ imports a connector's module. Its
 protocol has an fd of its own: what an import prints on stdout goes to the host's log.
 
 Protocol, one JSON object per line. The suite writes ``{"id", "spec", "result", "log", "env"}``
-on the host's stdin. The host writes ``{"ready": true, "import_s", "preloaded", "compiled_ahead"}`` once its imports
+on the host's stdin. The host writes ``{"ready": true, "import_s", "preloaded", "compiled_ahead", "hash_seed"}`` once its imports
 are done (``{"ready": false, "why"}``, and exits, where importing them started a thread or left
 CUDA unusable in a fork),
 ``{"started": pid, "id"}`` for each child (already its own process group leader), and
@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from conformance.levels.engine import child
+from conformance.levels.engine import child, separate
 from conformance.util.devices import nvidia_gpu
 
 # What an engine imports after ``from vllm import LLM``: the engine core, the CPU worker and model
@@ -165,6 +165,7 @@ def _start(request: dict[str, Any]) -> int:
             os.dup2(log, 1)
             os.dup2(log, 2)
             os.environ.update(request.get("env") or {})
+            separate.after_fork()
             child.run_spec(request["spec"], request["result"])
         finally:
             os._exit(70)
@@ -222,7 +223,7 @@ def main() -> None:
         os._exit(0)
     _freeze_heap()
     _say({"ready": True, "import_s": round(time.perf_counter() - started, 2), "preloaded": len(preloaded),
-          "compiled_ahead": compiled})
+          "compiled_ahead": compiled, "hash_seed": separate.started_with()})
     pending = b""
     while True:
         readable, _, _ = select.select([0], [], [], 0.02)  # a child's end is reported within 20 ms

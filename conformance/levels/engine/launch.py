@@ -17,9 +17,9 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterator, Mapping
 
-from conformance.levels.engine import handover
+from conformance.levels.engine import handover, separate
 from conformance.util import procs
 
 LOG_TAIL = 3000
@@ -160,8 +160,14 @@ class EngineHost:
     on first use. A host that does not come up, or dies, is reported in its log and in
     ``describe()``; ``start`` then answers None and the engines start as fresh processes."""
 
-    def __init__(self, python: str, log_path: Path, ready_timeout_s: float = 300.0) -> None:
+    def __init__(self, python: str, log_path: Path, ready_timeout_s: float = 300.0, *,
+                 env: Mapping[str, str] | None = None, adopt: bool = True) -> None:
         self.python, self.log_path, self.ready_timeout_s = python, log_path, ready_timeout_s
+        # What its interpreter is started with beside this process's environment (its hash seed:
+        # ``separate.interpreter_env``), and whether a host handed over (started with another) may stand in.
+        self.env, self.adopt = dict(env or {}), adopt
+        self.hash_seed = separate.seed_of(self.env)  # a handed host's own, once adopted
+        self._launched: float | None = None
         self.changed = threading.Condition()
         self._proc: subprocess.Popen | handover.HandedHost | None = None
         self.handed = False  # started ahead by a matrix runner and handed over (``handover``)
@@ -194,6 +200,11 @@ class EngineHost:
             pid = self._started.pop(request_id, None)
             return self._children[pid] if pid is not None else None
 
+    @property
+    def launched(self) -> bool:
+        """Whether its process was started (or adopted)."""
+        return self._launched is not None
+
     def describe(self) -> dict[str, Any]:
         """What the cell's timings record about the host."""
         return {"ready_s": self.ready_s, **(self._ready or {}), **({"handed": True} if self.handed else {}),
@@ -213,20 +224,33 @@ class EngineHost:
         self._lost()
 
     # -- the host process -------------------------------------------------------------------------
+    def launch(self) -> None:
+        """Start the host (or adopt the one a matrix runner started ahead of this cell) without waiting
+        for its imports: ``start`` waits for them. Once; a host that already failed is not retried."""
+        with self.changed:  # two lanes may ask for a host not launched yet: one process
+            if self.failed or self._proc is not None:
+                return
+            self._launched = time.monotonic()
+            adopted = handover.adopt(self.python, accept=self.adopt)
+            if adopted is not None:
+                self._proc, self.log_path, self.hash_seed = adopted
+                self.handed = True
+            else:
+                self._proc = handover.start_host(self.python, self.log_path, {**os.environ, **self.env})
+            assert self._proc.stdout is not None
+            threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="engine-host").start()
+
     def _up(self) -> bool:
         if self.failed:
             return False
-        if self._proc is not None:
+        started = time.monotonic()  # ready_s: how long the first engine waited for the host (launched ahead)
+        if self._ready is not None:
+            if self.ready_s is None:
+                self.ready_s = 0.0
             return not self._proc_gone() or self._fail("the engine host exited (see its log)")
-        started = time.monotonic()
-        adopted = handover.adopt(self.python)  # a host a matrix runner started ahead of this cell
-        if adopted is not None:
-            self._proc, self.log_path = adopted
-            self.handed = True
-        else:
-            self._proc = handover.start_host(self.python, self.log_path, os.environ)
-        assert self._proc.stdout is not None
-        threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="engine-host").start()
+        self.launch()
+        if self._proc is None:
+            return False
         with self.changed:
             if not self.changed.wait_for(lambda: self._ready is not None or self._proc_gone(), self.ready_timeout_s):
                 procs.kill_group(self._proc)

@@ -43,7 +43,10 @@ class LLM:
             os.kill(os.getpid(), signal.SIGKILL)
         if model == "hang":
             time.sleep(3600)
-        raise RuntimeError(f"engine {model}: engines started in this process: {len(STARTED)}, pid {os.getpid()}")
+        # what the engine's vLLM would see of its hash seed, and what hash() does in its interpreter
+        raise RuntimeError(f"engine {model}: engines started in this process: {len(STARTED)}, "
+                           f"PYTHONHASHSEED {os.environ.get('PYTHONHASHSEED')}, hash {hash(b'kvconform')}, "
+                           f"pid {os.getpid()}")
 
 
 class SamplingParams:
@@ -187,6 +190,7 @@ def test_a_host_started_ahead_is_adopted_by_the_cell_it_is_handed_to(fake_vllm, 
     said = _cell(tmp_path, ahead)
     ahead.finish()  # the cell closed the host's stdin: it ended with its children, and is reaped here
     assert said["host"].get("handed") is True and "failed" not in said["host"], said
+    assert said["host"]["hash_seed"] == ahead.hash_seed  # started with a seed of its own, and says so
     assert "engines started in this process: 1," in said["error"]
     assert not (tmp_path / "own-host.log").exists()  # no host of its own was started
     assert ahead.proc.returncode == 0
@@ -202,7 +206,11 @@ def test_a_cell_handed_no_host_starts_its_own_and_a_stale_hand_over_is_ignored(f
     assert handover.adopt(sys.executable) is None  # fds this process does not have: not its host
 
 
-def test_a_host_handed_for_another_python_is_not_adopted_and_ends(fake_vllm, tmp_path, monkeypatch):
+@pytest.mark.parametrize("python, accept", [("/another/venv/bin/python", True), (sys.executable, False)],
+                         ids=["another-python", "declined"])
+def test_a_host_handed_for_another_python_or_declined_is_not_adopted_and_ends(fake_vllm, tmp_path, monkeypatch,
+                                                                              python, accept):
+    """Declined: a connector that declares its engines' environment, which the host was not started with."""
     ahead = handover.AheadHost(sys.executable, tmp_path / "ahead.log", os.environ)
     # Imported (its ready line), so that what is timed below is its end, not its imports under load
     # (it once took more than ENDED_S beside engine tests on two workers and was killed).
@@ -211,6 +219,6 @@ def test_a_host_handed_for_another_python_is_not_adopted_and_ends(fake_vllm, tmp
     handed = json.loads(env[handover.HANDED_ENV])  # as the cell has it: ends of the pipes of its own
     handed.update(read_fd=os.dup(handed["read_fd"]), write_fd=os.dup(handed["write_fd"]))
     monkeypatch.setenv(handover.HANDED_ENV, json.dumps(handed))
-    assert handover.adopt("/another/venv/bin/python") is None
+    assert handover.adopt(python, accept=accept) is None
     ahead.finish()
     assert ahead.proc.returncode != -9  # it left by itself (its pipes closed), not killed at the grace's end
