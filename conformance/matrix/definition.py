@@ -198,12 +198,13 @@ def _tier_for(tier: Tier, entry: Mapping[str, Any]) -> Tier:
 
 
 def connector_args(connector: str, extra_config: Mapping[str, Any] | None = None,
-                   capabilities: Sequence[str] = ()) -> tuple[str, ...]:
-    """The suite's options that choose ``connector`` with its extra config and declared capabilities
-    (a matrix entry's, a certified product's, the PR gate's)."""
+                   capabilities: Sequence[str] = (), engine_env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The suite's options that choose ``connector`` with its extra config, declared capabilities
+    and the environment its engines need (a matrix entry's, a certified product's, the PR gate's)."""
     return (f"--kv-connector={connector}",
             *(["--kv-connector-extra-config=" + json.dumps(extra_config)] if extra_config else []),
-            *([f"--kv-connector-capabilities={','.join(capabilities)}"] if capabilities else []))
+            *([f"--kv-connector-capabilities={','.join(capabilities)}"] if capabilities else []),
+            *(f"--kv-engine-env={name}={value}" for name, value in (engine_env or {}).items()))
 
 
 def connector_label(connector: str, extra_config: Mapping[str, Any] | None) -> str:
@@ -219,7 +220,8 @@ def connector_label(connector: str, extra_config: Mapping[str, Any] | None) -> s
 def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell]:
     """A connector entry's cells on one stack: per model, one connector-API cell (it draws the whole
     dtype axis itself) and one engine cell per kv_cache_dtype (each engine runs one)."""
-    chosen = connector_args(spec["connector"], spec.get("extra_config"), spec.get("capabilities") or ())
+    chosen = connector_args(spec["connector"], spec.get("extra_config"), spec.get("capabilities") or (),
+                            spec.get("engine_env"))
     dtypes, connector = spec["kv_cache_dtypes"], connector_label(spec["connector"], spec.get("extra_config"))
     cells = []
     for model in spec["models"]:
@@ -306,14 +308,18 @@ def load(path: Path) -> Matrix:
     connectors: dict[str, dict[str, Any]] = {}
     for name, spec in (data.get("connectors") or {}).items():
         where = f"connectors.{name}"
-        _keys(spec, path, where, {"connector", "extra_config", "capabilities", "models", "kv_cache_dtypes", "tiers",
-                                  "stacks", "levels", "profile"}, {"connector", "models", "kv_cache_dtypes", "tiers"})
+        _keys(spec, path, where, {"connector", "extra_config", "capabilities", "engine_env", "models", "kv_cache_dtypes",
+                                  "tiers", "stacks", "levels", "profile"}, {"connector", "models", "kv_cache_dtypes", "tiers"})
         _profile(spec, path, where)
         levels = spec.get("levels", list(CONNECTOR_LEVELS))
         _expect(isinstance(levels, list) and levels and set(levels) <= set(CONNECTOR_LEVELS), path,
                 f"{where}.levels", f"a non-empty list from {list(CONNECTOR_LEVELS)}, got {levels!r}")
         _expect(isinstance(spec["connector"], str), path, f"{where}.connector", "a registry name or module:Class")
         _expect(isinstance(spec.get("extra_config", {}), dict), path, f"{where}.extra_config", "a mapping")
+        env = spec.get("engine_env", {})
+        _expect(isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, (str, int)) for k, v in env.items()),
+                path, f"{where}.engine_env", "a mapping of environment variable names to values (--kv-engine-env)")
+        spec = {**spec, **({"engine_env": {k: str(v) for k, v in env.items()}} if env else {})}
         caps = spec.get("capabilities", [])
         _expect(isinstance(caps, list) and all(isinstance(c, str) for c in caps), path, f"{where}.capabilities",
                 f"a list from {list(CONNECTOR_CAPABILITIES)} (lossy as 'lossy=TOL')")

@@ -205,6 +205,8 @@ class Recorder:
                          "capabilities": sorted(state.connector.capabilities) if state.connector else [],
                          "lossy_tolerance": state.connector.lossy_tolerance if state.connector else None,
                          "extra_config": json.loads(opt(options.EXTRA_CONFIG) or "{}"),
+                         # what its engines ran with (--kv-engine-env): names, and only safe values
+                         "engine_env": results.recorded_env(dict(state.connector.engine_env) if state.connector else {}),
                          "kv_cache_dtype": opt(options.CACHE_DTYPE),
                          "model": opt(options.MODEL), "block_size": opt(options.BLOCK_SIZE),
                          "engine_timings": self.config.stash.get(ENGINE_TIMINGS, None),

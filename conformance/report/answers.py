@@ -135,7 +135,8 @@ def _grid(subject: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any
             "heads": [{"vllm": v, "lmcache": lm} for v, lm in columns],
             "lmcache": next(iter(shared_lmcache), "") if shared_lmcache else "", "rows": out_rows,
             "notes": note_list,
-            "summary": _summary(out_rows, note_list, [labels[c] for c in columns]) + _stack_lines(members, labels),
+            "summary": _summary(out_rows, note_list, [labels[c] for c in columns]) + _stack_lines(members, labels)
+            + _env_lines(members),
             "prefill": _prefill(members, labels)}
 
 
@@ -157,6 +158,14 @@ def _stack_lines(members: list[dict[str, Any]], labels: dict[tuple[str, str], st
         lines.append(f"{_span(cols, order)}: {what} on torch {torch} from {source}, in place of "
                      f"{'its' if len(cols) == 1 else 'their'} pin {replaces}")
     return lines
+
+
+def _env_lines(members: list[dict[str, Any]]) -> list[str]:
+    """One sentence per engine environment the subject declares (--kv-engine-env), as its cells recorded it:
+    every engine ran with it, the separate-engine rule's drawn hash seeds aside."""
+    envs = {tuple(sorted(e.items())) for cell in members if (e := cell.get("engine_env"))}
+    return [f"its engines run with {', '.join(f'{k}={v}' for k, v in env)}, as it declares (--kv-engine-env)"
+            for env in sorted(envs)]
 
 
 def _label(col: tuple[str, str], lmcache_axis: bool) -> str:

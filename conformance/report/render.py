@@ -82,6 +82,8 @@ def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
                          for clause, t in verdicts.items() if t["status"] != Status.PASS.value},
             "reasons": {clause: t["expected"] for clause, t in verdicts.items() if t.get("expected")},
             **({"prefill": p} if (p := prefill(timings)) else {}),
+            # the environment its engines ran with, as the connector declares it (names; safe values only)
+            **({"engine_env": e} if (e := (doc.get("connector") or {}).get("engine_env")) else {}),
         })
     return derive({"schema": "kvconform.matrix-report/1", "cells": cells})
 

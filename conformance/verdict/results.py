@@ -4,8 +4,8 @@ Schema ``kvconform.results/1``::
 
     {"schema": "kvconform.results/1", "suite_version": str, "created": ISO-8601,
      "store": {"spec": str, "target": str, "version": str, "capabilities": [str], "identity": {...}},
-     "connector": {"spec", "role", "identity", "capabilities", "extra_config", "kv_cache_dtype", "model",
-                   "block_size", "engine_timings"} | null,
+     "connector": {"spec", "role", "identity", "capabilities", "extra_config", "engine_env", "kv_cache_dtype",
+                   "model", "block_size", "engine_timings"} | null,
      "profile": str, "kv_cache_dtypes": [str] | null, "hypothesis_settings": {...},
      "environment": {"python": str, "platform": str, "cpu": str, "packages": {name: version}},
      "tests": [{"nodeid", "clause", "status", "duration_s", "examples", "message"}],
@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence, TypedDict
+from typing import Any, Mapping, Sequence, TypedDict
 
 from conformance import __version__
 
@@ -135,10 +135,23 @@ _QUERY_SECRET = re.compile(rf"(?P<name>[?&;][a-z0-9_.-]*?(?:{_SECRET_NAME})=)[^&
 _PAIR_SECRET = re.compile(rf"(?P<name>[\"']?[a-z0-9_.-]*?(?:{_SECRET_NAME})[\"']?\s*[:=]\s*[\"']?(?:bearer\s+|basic\s+)?)"
                           rf"(?P<value>[^\s\"',;&}}]+)", re.I)
 REDACTED = "***"
+# The engine environment a connector declares (--kv-engine-env NAME=VALUE) is the deployment's, and a
+# value may be a credential whatever its name: recorded by name, the value only for these (no secret).
+SAFE_ENV_VALUES = frozenset({"PYTHONHASHSEED"})
+_ENGINE_ENV = re.compile(r"(?P<option>--kv-engine-env[= ]['\"]?)(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>[^\s'\"]*)")
+
+
+def recorded_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What a results file or report shows of a declared engine environment: every name, and the
+    value of those in ``SAFE_ENV_VALUES`` (any other masked)."""
+    return {name: value if name in SAFE_ENV_VALUES else REDACTED for name, value in env.items()}
 
 
 def redact_text(text: str) -> str:
-    """``text`` with URL passwords, secret query parameters and ``secret=value`` pairs masked."""
+    """``text`` with URL passwords, secret query parameters, ``secret=value`` pairs and the values of
+    a declared engine environment (``recorded_env``) masked."""
+    text = _ENGINE_ENV.sub(lambda m: f"{m['option']}{m['name']}="
+                           + (m["value"] if m["name"] in SAFE_ENV_VALUES else REDACTED), text)
     text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", text)
     text = _QUERY_SECRET.sub(lambda m: f"{m['name']}{REDACTED}", text)
     return _PAIR_SECRET.sub(lambda m: m["name"] + (m["value"] if m["value"] == REDACTED else REDACTED), text)
