@@ -119,6 +119,26 @@ def test_noop_connector_is_flagged_for_loading_nothing(run_suite):
     assert tests["engine_block_boundaries"]["status"] == tests["engine_format_isolation"]["status"] == "Not exercised", tests
 
 
+def test_a_connector_keyed_by_pythons_hash_is_flagged_unless_it_declares_a_fixed_seed(run_suite):
+    """Its key is hash() of the prompt's bytes, salted per interpreter: the load engine runs in an
+    interpreter of another hash seed than the store engine (as a separately started vllm serve does),
+    so it loads nothing; declared with PYTHONHASHSEED=0, both engines run with it and it loads."""
+    hash_keyed = "conformance.zoo.connectors.hash_keyed:HashKeyedConnector"
+    run = engine_suite(run_suite, hash_keyed, "auto", "-k", "store_then_load")
+    (test,) = [t for t in run.results["tests"] if t["clause"] == "engine_store_then_load"]
+    assert test["status"] == "Fail" and "0 external prefix-cache hits" in test["message"], test
+    timings = run.results["connector"]["engine_timings"]
+    store, load = timings["store"]["process"], timings["load"]["process"]
+    assert store["hash_seed"] != load["hash_seed"] and store["hash_probe"] != load["hash_probe"], timings
+    assert store["none_hash"] == load["none_hash"]  # vLLM's own block hashes agree, as between two vllm serve
+    assert timings["second_engine_host"]["hash_seed"] == load["hash_seed"] == timings["hash_seeds"]["second"]
+    declared = engine_suite(run_suite, hash_keyed, "auto", "-k", "store_then_load", "--kv-engine-env=PYTHONHASHSEED=0")
+    assert declared.statuses()["engine_store_then_load"] == "Pass", declared.output[-4000:]
+    assert declared.results["connector"]["engine_env"] == {"PYTHONHASHSEED": "0"}
+    timings = declared.results["connector"]["engine_timings"]
+    assert timings["store"]["process"]["hash_seed"] == timings["load"]["process"]["hash_seed"] == "0", timings
+
+
 def test_a_cache_inside_its_engine_gets_no_false_fail(run_suite):
     """Without `persistent` the cross-engine clauses are Disabled (a fresh engine starts empty by
     design); within its engine it must load what it stored."""
