@@ -7,7 +7,9 @@ them starts where a fresh process would be after its imports, and runs exactly w
 ``conformance.levels.engine.child`` process runs. Each child is a new process (its own KV cache,
 prefix cache, connector and module state, nothing left by an engine before it), in its own
 process group, with its output in its own log: it dies, hangs and is killed alone, and the suite
-reads its RESULT.json as before. The host runs one torch op, on one thread, to compile what every
+reads its RESULT.json as before. What a fork cannot give it, an interpreter of its own does: a
+cell runs its load engines from a second host, started with another hash seed (``separate``), and
+each child gets the random state a fresh interpreter has. The host runs one torch op, on one thread, to compile what every
 engine's first step would compile (``_compile_ahead``; a pool of OpenMP threads would not survive
 a fork, and none is started), freezes its heap before the first fork (``_freeze_heap``), and never
 imports a connector's module. Its
