@@ -2,26 +2,42 @@
 
 Each engine cell takes a host that is importing, or has imported, its stack's vLLM: the first cell
 of a stack the one started as it asks (the import overlaps pytest's start), each later one the spare
-started while the cell before it ran. A spare is started only while cells of its stack remain to take
-it, at most one per job; what no cell took is stopped when the run ends.
+started while the cell before it ran. A cell whose connector declares a cross-engine capability takes
+two (its load engines run in an interpreter of their own: conformance/levels/engine/separate.py). Spares
+are started only for the cells of their stack still to come, as many as the next cell of each job
+takes; what no cell took is stopped when the run ends.
 """
 
 from __future__ import annotations
 
 import shutil
 import threading
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from conformance.levels.engine import separate
 from conformance.levels.engine.handover import AheadHost
+from conformance.levels.subject import parse_capabilities
 from conformance.matrix.definition import Cell
 
 FRESH = "--kv-engine-start=fresh"  # a cell that starts every engine as a process of its own takes no host
+CAPABILITIES = "--kv-connector-capabilities="
+ENGINE_ENV = "--kv-engine-env="  # a cell whose engines need an environment starts its own hosts
 
 
 def takes_host(cell: Cell) -> bool:
     return cell.level == "engine" and FRESH not in cell.args
+
+
+def hosts_for(cell: Cell) -> int:
+    """The hosts ``cell`` takes: none (no engine, fresh engines, an engine environment the hosts were not
+    started with), one, or two where its connector declares a capability whose clauses run load engines."""
+    if not takes_host(cell) or any(a.startswith(ENGINE_ENV) for a in cell.args):
+        return 0
+    declared = [a[len(CAPABILITIES):] for a in cell.args if a.startswith(CAPABILITIES)]
+    capabilities, _ = parse_capabilities(",".join(declared))
+    return 2 if capabilities & separate.CROSS_ENGINE else 1
 
 
 def _stack(cell: Cell) -> str:
@@ -30,26 +46,34 @@ def _stack(cell: Cell) -> str:
 
 class WarmHosts:
     def __init__(self, cells: Iterable[Cell], spare_dir: Path, jobs: int = 1) -> None:
-        self._remaining = Counter(_stack(c) for c in cells if takes_host(c))
+        self._upcoming: dict[str, list[tuple[Cell, int]]] = defaultdict(list)  # per stack: (cell, its hosts)
+        for cell in cells:
+            if hosts_for(cell):
+                self._upcoming[_stack(cell)].append((cell, hosts_for(cell)))
         self._spares: dict[str, list[AheadHost]] = defaultdict(list)
         self._spare_dir, self._jobs = spare_dir, max(1, jobs)
         self._lock = threading.Lock()
         self._started = 0
 
-    def take(self, cell: Cell, python: str, env: Mapping[str, str], log_path: Path) -> AheadHost | None:
-        """A host for ``cell`` in ``python`` (started with ``env``, the cell's), its log moved to
-        ``log_path``; None for a cell that takes none. Starts the spares its stack's next cells take."""
-        if not takes_host(cell):
-            return None
+    def take(self, cell: Cell, python: str, env: Mapping[str, str], log_path: Path) -> list[AheadHost]:
+        """The hosts for ``cell`` in ``python`` (started with ``env``, the cell's), in ``separate.SIDES``
+        order, their logs moved to ``log_path`` (the second's beside it); none for a cell that takes
+        none. Starts the spares its stack's next cells take."""
+        needed = hosts_for(cell)
+        if not needed:
+            return []
         stack = _stack(cell)
         with self._lock:
-            self._remaining[stack] -= 1
+            upcoming = self._upcoming[stack]
+            upcoming[:] = [u for u in upcoming if u[0] is not cell]
             spares = self._spares[python]
-            host = spares.pop(0) if spares else self._start(python, env)
-            while len(spares) < min(self._jobs, self._remaining[stack]):
+            hosts = [spares.pop(0) if spares else self._start(python, env) for _ in range(needed)]
+            while len(spares) < sum(n for _, n in upcoming[:self._jobs]):
                 spares.append(self._start(python, env))
-        host.log_path = host.log_path.rename(log_path)  # the host writes on: an open file follows its rename
-        return host
+        for side, host in zip(separate.SIDES, hosts):  # the host writes on: an open file follows its rename
+            host.log_path = host.log_path.rename(log_path if side == separate.FIRST
+                                                 else log_path.with_name(f"{log_path.stem}-{side}{log_path.suffix}"))
+        return hosts
 
     def close(self) -> None:
         """Stop the spares no cell took."""

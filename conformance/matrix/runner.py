@@ -86,9 +86,9 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
     if failed is None:
         run_env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {}),
                    **(env or {})}
-        handed = hosts.take(cell, python, run_env, out.with_suffix(".host.log")) if hosts else None
+        handed = hosts.take(cell, python, run_env, out.with_suffix(".host.log")) if hosts else []
         output, problem = _run_pytest(cmd, out, log, cell.tier.timeout_s, run_env, handed)
-        for written in (log, junit, *([handed.log_path] if handed else [])):  # what a connector or store printed
+        for written in (log, junit, *(h.log_path for h in handed)):  # what a connector or store printed
             if written.exists():
                 written.write_text(results.redact_text(written.read_text(errors="replace")))
         output = results.redact_text(output)
@@ -137,21 +137,21 @@ def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True,
 
 
 def _run_pytest(cmd: list[str], out: Path, log: Path, timeout_s: float, env: dict[str, str],
-                handed: AheadHost | None = None) -> tuple[str, str | None]:
+                handed: Sequence[AheadHost] = ()) -> tuple[str, str | None]:
     """(output, problem): problem is None when pytest wrote its results in time. Its output goes to
     ``log``; at the deadline its whole process group is killed (what it started in it too), and the
-    engine host ``handed`` to it ends after it."""
+    engine hosts ``handed`` to it end after it."""
     handover_env, fds = handover.spawn_with(handed)
     try:
         proc = procs.spawn(cmd, log, env={**env, **handover_env}, pass_fds=fds)
-        if handed is not None:
-            handed.let_go()
+        for host in handed:
+            host.let_go()
         in_time = procs.finished_within(proc, timeout_s)
         procs.kill_group(proc)
         proc.wait()
     finally:
-        if handed is not None:
-            handed.finish()
+        for host in handed:
+            host.finish()
     output = log.read_text(errors="replace")
     if not in_time:
         return output, f"cell exceeded its {timeout_s:g}s deadline and was killed"

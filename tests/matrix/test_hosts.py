@@ -1,5 +1,6 @@
-"""The engine hosts a matrix run keeps warm (conformance/matrix/hosts.py): each engine cell takes one,
-spares are started only for cells of their stack still to come, and none outlives the run. The hosts
+"""The engine hosts a matrix run keeps warm (conformance/matrix/hosts.py): each engine cell takes one
+(two where its load engines run in an interpreter of their own), spares are started only for cells
+of their stack still to come, and none outlives the run. The hosts
 are stand-ins that record what was done to them; tests/levels/engine/test_host.py hands real ones over."""
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def test_each_engine_cell_takes_a_host_and_a_spare_waits_only_for_a_cell_still_t
     cells = [_cell("a"), _cell("b"), _cell("store", level="store"), _cell("c")]
     pool = warm.WarmHosts(cells, tmp_path / ".hosts")
     taken = [pool.take(c, "/venv/bin/python", {}, tmp_path / f"{c.name}.host.log") for c in cells]
-    assert taken[2] is None  # a store cell starts no engine
-    assert [h.log_path.name for h in taken if h] == ["a.host.log", "b.host.log", "c.host.log"]
+    assert taken[2] == []  # a store cell starts no engine
+    assert [h.log_path.name for hosts in taken for h in hosts] == ["a.host.log", "b.host.log", "c.host.log"]
     assert len(started) == 3  # a's, then the spare b took, then the spare c took; none after the last
     pool.close()
     assert not any(h.stopped for h in started) and not (tmp_path / ".hosts").exists()
@@ -51,8 +52,8 @@ def test_each_engine_cell_takes_a_host_and_a_spare_waits_only_for_a_cell_still_t
 def test_a_spare_is_kept_per_stack_python_and_stopped_when_no_cell_took_it(started, tmp_path):
     cells = [_cell("a"), _cell("x", stack="vllm-0.31.0"), _cell("b")]
     pool = warm.WarmHosts(cells, tmp_path / ".hosts")
-    first = pool.take(cells[0], "/v32/bin/python", {}, tmp_path / "a.host.log")
-    other = pool.take(cells[1], "/v31/bin/python", {}, tmp_path / "x.host.log")
+    (first,) = pool.take(cells[0], "/v32/bin/python", {}, tmp_path / "a.host.log")
+    (other,) = pool.take(cells[1], "/v31/bin/python", {}, tmp_path / "x.host.log")
     assert first.python == "/v32/bin/python" and other.python == "/v31/bin/python"
     assert [h.python for h in started] == ["/v32/bin/python", "/v32/bin/python", "/v31/bin/python"]
     pool.close()  # b never ran (its stack failed to install, say): its spare is stopped
@@ -61,8 +62,19 @@ def test_a_spare_is_kept_per_stack_python_and_stopped_when_no_cell_took_it(start
 
 def test_a_cell_that_starts_its_engines_fresh_takes_no_host(started, tmp_path):
     cell = _cell("fresh", args=("--kv-engine-start=fresh",))
-    assert warm.WarmHosts([cell], tmp_path / ".hosts").take(cell, "/p", {}, tmp_path / "f.log") is None
+    assert warm.WarmHosts([cell], tmp_path / ".hosts").take(cell, "/p", {}, tmp_path / "f.log") == []
     assert started == []
+
+
+def test_a_cell_whose_load_engines_run_apart_takes_two_hosts_and_its_spares_wait(started, tmp_path):
+    across = ("--kv-connector-capabilities=persistent",)
+    cells = [_cell("a", args=across), _cell("b", args=across), _cell("c"),
+             _cell("d", args=(*across, "--kv-engine-env=PYTHONHASHSEED=0"))]
+    pool = warm.WarmHosts(cells, tmp_path / ".hosts")
+    taken = [pool.take(c, "/p", {}, tmp_path / f"{c.name}.host.log") for c in cells]
+    assert [[h.log_path.name for h in hosts] for hosts in taken] == [
+        ["a.host.log", "a.host-second.log"], ["b.host.log", "b.host-second.log"], ["c.host.log"], []]
+    assert len(started) == 5  # a's two, b's two started while a ran, c's; d starts its own (its declared env)
 
 
 def test_with_two_jobs_two_spares_wait(started, tmp_path):

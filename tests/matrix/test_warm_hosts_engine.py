@@ -35,14 +35,14 @@ def test_each_engine_cell_runs_on_a_host_handed_to_it_and_none_outlives_the_run(
     for doc in docs:
         timings = doc["connector"]["engine_timings"]
         assert timings["engine_host"].get("handed") is True, timings["engine_host"]
-        # the handed host runs the first engines; the load engines' interpreter (another hash seed) is the cell's
+        # two hosts handed over: the first engines' and the load engines' (an interpreter of another hash seed)
         assert "failed" not in timings["engine_host"] and timings["vllm_imports"] == 2
-        assert "handed" not in timings["second_engine_host"]
+        assert timings["second_engine_host"].get("handed") is True and "failed" not in timings["second_engine_host"]
         assert timings["second_engine_host"]["hash_seed"] != timings["engine_host"]["hash_seed"]
         assert Status.ERROR.value not in doc["summary"], json.dumps(doc["summary"])
         assert doc["summary"].get(Status.PASS.value, 0) >= 8  # the engine clauses ExampleConnector passes
-    assert sorted(p.name for p in (tmp_path / "results").glob("*.host.log")) == [
-        f"{c.file_stem}.host.log" for c in cells]
+    assert sorted(p.name for p in (tmp_path / "results").glob("*.host*.log")) == sorted(
+        f"{c.file_stem}.host{side}.log" for c in cells for side in ("", "-second"))
     assert not (tmp_path / "results" / ".hosts").exists()
     assert _hosts_of(os.getpid()) == []  # every host the runner started was stopped
 

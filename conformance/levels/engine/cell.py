@@ -94,7 +94,6 @@ def world_of(role: str) -> str:
 # production is a separately started process: they run in an interpreter of their own, started with
 # another hash seed than the cell's other engines (``separate``: another host, or fresh processes).
 SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "consumer")
-CROSS_ENGINE = frozenset({"persistent", "pd"})  # the capabilities of the clauses that run a SECOND_ENGINE role
 
 
 def side_of(role: str) -> str:
@@ -154,8 +153,8 @@ class EngineCell:
         workdir.mkdir(parents=True, exist_ok=True)
         # vLLM imported once per interpreter of the cell's engines (``side_of``), each started with
         # its own hash seed and the environment the connector declares; hosted=False: each engine a
-        # fresh process, started the same way. A host a matrix runner handed over is the first one
-        # (unless the connector declares an environment it was not started with).
+        # fresh process, started the same way. The hosts a matrix runner handed over are taken in
+        # ``separate.SIDES`` order (unless the connector declares an environment they were not started with).
         declared = dict(connector.engine_env)
         self.interpreters = {separate.FIRST: separate.interpreter_env(separate.draw_seed(), declared)}
         self.hosts: dict[str, EngineHost] = {}
@@ -168,10 +167,13 @@ class EngineCell:
         taken = {separate.seed_of(self.interpreters[separate.FIRST]) or ""}
         self.interpreters[separate.SECOND] = separate.interpreter_env(separate.draw_seed(taken), declared)
         if hosted:
-            second = self.hosts[separate.SECOND] = EngineHost(python, workdir / "engine-host-second.log", adopt=False,
+            second = self.hosts[separate.SECOND] = EngineHost(python, workdir / "engine-host-second.log",
+                                                              adopt=not declared, side=separate.SECOND,
                                                               env=self.interpreters[separate.SECOND])
-            if any(CLAUSES[c].requires & CROSS_ENGINE for c in clauses if c in CLAUSES):
-                second.launch()  # its imports beside the first host's and the baseline, not before a load engine
+            if any(CLAUSES[c].requires & separate.CROSS_ENGINE for c in clauses if c in CLAUSES):
+                second.launch()  # imported ahead, or beside the first host and the baseline: not before a load engine
+            if second.handed and second.hash_seed:
+                self.interpreters[separate.SECOND] = separate.interpreter_env(second.hash_seed, declared)
         self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
         self.batches = prompt_batches(block_size)
         self.runs: dict[str, EngineRun] = {}

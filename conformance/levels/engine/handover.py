@@ -5,7 +5,9 @@ on two cores (docs/benchmarks.md), on the cell's critical path, paid by every en
 run. A matrix runner instead starts the host of a cell's stack Python before the cell (``AheadHost``),
 the next one while that cell runs, and hands it to the cell's pytest as two inherited pipe fds named
 in ``HANDED_ENV``; the cell's ``EngineHost`` adopts it (``adopt``) in place of starting its own. The
-host is the same program either way: it has only imported vLLM, and forks each engine fresh.
+host is the same program either way: it has only imported vLLM, and forks each engine fresh. A cell
+whose load engines run in an interpreter of their own (``separate``) is handed two, each started with
+a hash seed of its own, the second named in ``HANDED_ENV_SECOND`` (``handed_env``).
 
 The runner keeps what only a parent can do: it reaps the host and kills its group after the cell. The
 cell sees the host's end on its pidfd (a host that died before the cell asked is a host that failed:
@@ -18,7 +20,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import IO, Any, Mapping, Sequence
 
 from conformance.levels.engine import separate
 from conformance.util import procs
@@ -27,11 +29,18 @@ HANDED_ENV = "KVCONFORM_ENGINE_HOST"  # {"pid", "read_fd", "write_fd", "python",
 ENDED_S = 10.0  # a host whose cell closed its stdin has this long to end with its children
 
 
+def handed_env(side: str) -> str:
+    """The variable that hands over the host of a cell's ``side`` (``separate.SIDES``): the first
+    interpreter's ``HANDED_ENV``, the second's ``HANDED_ENV_SECOND``."""
+    return HANDED_ENV if side == separate.FIRST else f"{HANDED_ENV}_{side.upper()}"
+
+
 def start_host(python: str, log_path: Path, env: Mapping[str, str]) -> subprocess.Popen:
     """``conformance.levels.engine.host`` in ``python``: its protocol on pipes, its stderr to ``log_path``,
     in a session of its own; a hand-over in ``env`` is not passed on to it."""
+    handing = {handed_env(side) for side in separate.SIDES}
     return procs.spawn_speaking([python, "-m", "conformance.levels.engine.host"], log_path,
-                                {k: v for k, v in env.items() if k != HANDED_ENV})
+                                {k: v for k, v in env.items() if k not in handing})
 
 
 class AheadHost:
@@ -43,11 +52,12 @@ class AheadHost:
         self.hash_seed = separate.draw_seed()
         self.proc = start_host(python, log_path, {**env, **separate.interpreter_env(self.hash_seed, {})})
 
-    def handed(self) -> tuple[dict[str, str], tuple[int, ...]]:
-        """The environment and the fds that hand this host to the process spawned with them."""
+    def handed(self, side: str = separate.FIRST) -> tuple[dict[str, str], tuple[int, ...]]:
+        """The environment and the fds that hand this host to the process spawned with them, as the
+        host of the cell's ``side``."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         read_fd, write_fd = self.proc.stdout.fileno(), self.proc.stdin.fileno()
-        return ({HANDED_ENV: json.dumps({"pid": self.proc.pid, "read_fd": read_fd, "write_fd": write_fd,
+        return ({handed_env(side): json.dumps({"pid": self.proc.pid, "read_fd": read_fd, "write_fd": write_fd,
                                          "python": self.python, "log": str(self.log_path),
                                          "hash_seed": self.hash_seed})},
                 (read_fd, write_fd))
@@ -84,12 +94,12 @@ class HandedHost(procs.NotChild):
             os.set_inheritable(fd, False)
 
 
-def adopt(python: str, accept: bool = True) -> tuple[HandedHost, Path, str | None] | None:
-    """The host handed to this process for ``python``, its log and its hash seed, once (the first
-    caller takes it); None when none was handed, it was handed for another Python, its fds are not
-    this process's, or the caller cannot ``accept`` it (a connector that declares its engines'
-    environment: the host was started without it), which ends it."""
-    raw = os.environ.pop(HANDED_ENV, "")
+def adopt(python: str, accept: bool = True, side: str = separate.FIRST) -> tuple[HandedHost, Path, str | None] | None:
+    """The host handed to this process for ``python`` as its ``side``'s, its log and its hash seed,
+    once (the first caller takes it); None when none was handed, it was handed for another Python, its
+    fds are not this process's, or the caller cannot ``accept`` it (a connector that declares its
+    engines' environment: the host was started without it), which ends it."""
+    raw = os.environ.pop(handed_env(side), "")
     if not raw or not hasattr(os, "pidfd_open"):  # none handed, or not Linux (no pidfds): a host of its own
         return None
     try:
@@ -109,7 +119,13 @@ def adopt(python: str, accept: bool = True) -> tuple[HandedHost, Path, str | Non
     return None
 
 
-def spawn_with(handed: AheadHost | None) -> tuple[dict[str, str], tuple[int, ...]]:
-    """The environment and fds a cell's pytest is spawned with to take ``handed`` (none: nothing,
-    and no stale hand-over passes through)."""
-    return handed.handed() if handed is not None else ({HANDED_ENV: ""}, ())
+def spawn_with(handed: Sequence[AheadHost]) -> tuple[dict[str, str], tuple[int, ...]]:
+    """The environment and fds a cell's pytest is spawned with to take the ``handed`` hosts, in
+    ``separate.SIDES`` order (a side none is handed for: nothing, and no stale hand-over passes through)."""
+    env = {handed_env(side): "" for side in separate.SIDES}
+    fds: tuple[int, ...] = ()
+    for side, host in zip(separate.SIDES, handed):
+        more, its_fds = host.handed(side)
+        env.update(more)
+        fds += its_fds
+    return env, fds

@@ -161,11 +161,12 @@ class EngineHost:
     ``describe()``; ``start`` then answers None and the engines start as fresh processes."""
 
     def __init__(self, python: str, log_path: Path, ready_timeout_s: float = 300.0, *,
-                 env: Mapping[str, str] | None = None, adopt: bool = True) -> None:
+                 env: Mapping[str, str] | None = None, adopt: bool = True, side: str = separate.FIRST) -> None:
         self.python, self.log_path, self.ready_timeout_s = python, log_path, ready_timeout_s
         # What its interpreter is started with beside this process's environment (its hash seed:
-        # ``separate.interpreter_env``), and whether a host handed over (started with another) may stand in.
-        self.env, self.adopt = dict(env or {}), adopt
+        # ``separate.interpreter_env``), whether the host a matrix runner handed over for its ``side``
+        # (started without the connector's declared environment) may stand in.
+        self.env, self.adopt, self.side = dict(env or {}), adopt, side
         self.hash_seed = separate.seed_of(self.env)  # a handed host's own, once adopted
         self._launched: float | None = None
         self.changed = threading.Condition()
@@ -231,7 +232,7 @@ class EngineHost:
             if self.failed or self._proc is not None:
                 return
             self._launched = time.monotonic()
-            adopted = handover.adopt(self.python, accept=self.adopt)
+            adopted = handover.adopt(self.python, accept=self.adopt, side=self.side)
             if adopted is not None:
                 self._proc, self.log_path, self.hash_seed = adopted
                 self.handed = True

@@ -32,6 +32,10 @@ from typing import Any, Collection, Mapping
 HASH_SEED = "PYTHONHASHSEED"
 DRAWN = "KVCONFORM_DRAWN_HASH_SEED"  # set beside a PYTHONHASHSEED the suite drew: vLLM must not see it
 FIRST, SECOND = "first", "second"  # a cell's two interpreters: the engines that store, those that load
+SIDES = (FIRST, SECOND)  # in the order a matrix runner hands their hosts over
+# The capabilities of the clauses that run an engine in the SECOND interpreter (a connector that
+# declares neither runs every engine in the first).
+CROSS_ENGINE = frozenset({"persistent", "pd"})
 
 _UNREAD: Any = object()
 _started_with: Any = _UNREAD  # the PYTHONHASHSEED this interpreter started with (``settle``)

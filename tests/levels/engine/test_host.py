@@ -176,7 +176,7 @@ host.close()
 
 
 def _cell(tmp_path, handed):
-    env, fds = handover.spawn_with(handed)
+    env, fds = handover.spawn_with([handed] if handed is not None else [])
     proc = subprocess.Popen([sys.executable, "-c", CELL, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, **env}, pass_fds=fds)
     if handed is not None:

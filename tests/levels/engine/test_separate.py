@@ -100,3 +100,41 @@ def test_a_matrix_entry_declares_its_engine_environment_and_the_report_shows_it(
                    "statuses": {"engine_store_then_load": "Pass"}, "engine_env": {"PYTHONHASHSEED": "0"}}
     (subject,) = answers([report_cell])["subjects"]
     assert "its engines run with PYTHONHASHSEED=0, as it declares (--kv-engine-env)" in subject["summary"]
+
+
+# A cell as a matrix runner spawns it with two hosts: each EngineHost adopts the one handed for its side.
+TWO_HOSTS = """
+import json, sys
+from pathlib import Path
+from conformance.levels.engine import separate
+from conformance.levels.engine.launch import EngineHost, run_engine
+tmp = Path(sys.argv[1])
+said = {}
+for side in separate.SIDES:
+    host = EngineHost(sys.executable, tmp / f"own-{side}.log", ready_timeout_s=60, side=side)
+    spec = {"model": side, "kv_cache_dtype": "auto", "block_size": 32, "batches": []}
+    run = run_engine(spec, tmp / side, side, timeout_s=60, python=sys.executable, host=host)
+    said[side] = {"host": host.describe(), "error": run.error}
+    host.close()
+print(json.dumps(said))
+"""
+
+
+def test_a_cell_handed_two_hosts_runs_each_side_on_its_own(fake_vllm, tmp_path):  # noqa: F811
+    from conformance.levels.engine import handover
+
+    ahead = [handover.AheadHost(sys.executable, tmp_path / f"ahead-{side}.log", os.environ) for side in separate.SIDES]
+    env, fds = handover.spawn_with(ahead)
+    proc = subprocess.Popen([sys.executable, "-c", TWO_HOSTS, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **env}, pass_fds=fds)
+    for host in ahead:
+        host.let_go()
+    out, _ = proc.communicate(timeout=120)
+    for host in ahead:
+        host.finish()
+    said = __import__("json").loads(out.splitlines()[-1])
+    for side, host in zip(separate.SIDES, ahead):
+        assert said[side]["host"].get("handed") is True and said[side]["host"]["hash_seed"] == host.hash_seed, said
+    hashes = [re.search(r"hash (-?\d+)", said[side]["error"]).group(1) for side in separate.SIDES]
+    assert hashes[0] != hashes[1], said
+    assert not list(tmp_path.glob("own-*.log"))  # no host of its own was started
