@@ -32,6 +32,9 @@ CONNECTOR_CAPABILITIES = {
              "scheduler gathers and its frontend logs and exports: api_connector_stats applies",
     "events": "it emits KV cache events (take_events: BlockStored, BlockRemoved) for what it stores, which vLLM "
               "publishes to routers: its engines run with KV events on and api_kv_events applies",
+    "capacity": "its cache is bounded and evicts: 'capacity=BYTES' (or KiB, MiB, GiB) states how much KV it holds "
+                "in the configuration given, and api_cache_pressure stores several times that, then asks for "
+                "everything again",
     "hma": "it works with vLLM's hybrid KV cache manager (subclasses SupportsHMA): on a hybrid model "
            "(--kv-model gemma3-hybrid-tiny) its engines keep one KV cache group per attention type "
            "(engine_hma_groups)",
@@ -48,6 +51,7 @@ class ConnectorChoice:
     role: str = "kv_both"
     capabilities: frozenset[str] = frozenset()
     lossy_tolerance: float | None = None  # the logprob tolerance a lossy connector declares
+    capacity_bytes: int | None = None  # the KV a bounded cache holds (capacity=BYTES)
     storage_hook: str | None = None  # 'module:object' that damages storage the suite cannot see
     # The environment its engines need (--kv-engine-env NAME=VALUE: a hash seed its documentation
     # requires), as its deployment sets it for every engine; values may be secrets (results.recorded_env).
@@ -72,7 +76,8 @@ class ConnectorChoice:
         if storage_hook is not None and not re.fullmatch(r"[\w.]+:[\w.]+", storage_hook):
             raise ValueError(f"--kv-storage-hook {storage_hook!r} is not 'package.module:object'")
         return cls(name=name, module_path=module or None, extra_config=extra, role=role, capabilities=caps,
-                   lossy_tolerance=tolerance, storage_hook=storage_hook,
+                   lossy_tolerance=tolerance, capacity_bytes=parse_capacity(capabilities or ""),
+                   storage_hook=storage_hook,
                    engine_env=parse_engine_env(engine_env))
 
     @property
@@ -195,6 +200,13 @@ def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
         if name not in CONNECTOR_CAPABILITIES:
             raise ValueError(f"--kv-connector-capabilities: unknown capability {name!r}; valid: "
                              + "; ".join(f"{k} ({v})" for k, v in CONNECTOR_CAPABILITIES.items()))
+        if name == "capacity":
+            if not value:
+                raise ValueError("--kv-connector-capabilities: capacity needs the bytes of KV the connector holds, "
+                                 "e.g. capacity=4MiB")
+            parse_capacity(item)  # its value is read there
+            names.add(name)
+            continue
         if value and name != "lossy":
             raise ValueError(f"--kv-connector-capabilities: {name} takes no value (got {item!r})")
         if name == "lossy" and not value:  # without it the engine level would compare bits
@@ -209,6 +221,24 @@ def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
                 raise ValueError(f"--kv-connector-capabilities: lossy={value} must be a positive tolerance")
         names.add(name)
     return frozenset(names), tolerance
+
+
+_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def parse_capacity(text: str) -> int | None:
+    """The bytes of ``capacity=BYTES`` among declared capabilities (``capacity=2MiB``), or None."""
+    found = None
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        if name != "capacity":
+            continue
+        match = re.fullmatch(r"(\d+)\s*(B|KiB|MiB|GiB)?", value.strip())
+        if not match or int(match[1]) <= 0:
+            raise ValueError(f"--kv-connector-capabilities: capacity={value!r} is not a size; give the bytes of KV "
+                             "the connector holds as configured, e.g. capacity=4194304 or capacity=4MiB")
+        found = int(match[1]) * _UNITS[match[2] or ""]
+    return found
 
 
 # Where the P/D connectors vLLM ships read their side channel's port (NixlConnector's handshake,
@@ -246,6 +276,9 @@ def with_storage(value: Any, storage: str) -> Any:
     return value
 
 
+DEFAULT_L1_GB = 0.25  # the L1 of the servers the suite starts, unless a declared capacity bounds it
+
+
 class LMCacheService:
     """LMCache's multiprocess server for an LMCacheMPConnector the user did not point at one:
     started on first use, restarted to lose its content, stopped at the end.
@@ -258,8 +291,11 @@ class LMCacheService:
     LOST = "restarted the LMCache server (its L1 store is lost)"
 
     def __init__(self, log: Path, *, chunk_size: int, python: str | None = None, spare: bool = False,
-                 forks: ForkServer | None = None) -> None:
+                 forks: ForkServer | None = None, l1_bytes: int | None = None) -> None:
         self._log, self._chunk_size, self._python = log, chunk_size, python or sys.executable
+        # A connector that declares capacity=BYTES is judged bounded: its server's L1 holds that much
+        # (the suite supplies the server, so the suite bounds it; the results' ``connector.supplied`` says so).
+        self._l1_gb = (l1_bytes / 2**30) if l1_bytes else DEFAULT_L1_GB
         self._forks = forks  # where its servers are forked from, if anywhere (``LMCacheServer``)
         self.server = self._new(log)
         self.started = False
@@ -269,7 +305,15 @@ class LMCacheService:
         self._count = 0
 
     def _new(self, log: Path) -> LMCacheServer:
-        return LMCacheServer(log, chunk_size=self._chunk_size, python=self._python, forks=self._forks)
+        return LMCacheServer(log, chunk_size=self._chunk_size, l1_size_gb=self._l1_gb, python=self._python,
+                             forks=self._forks)
+
+    @staticmethod
+    def describe(chunk_size: int, l1_bytes: int | None) -> str:
+        """What the suite supplies in the user's place, in words (the results' ``connector.supplied``)."""
+        l1 = l1_bytes or int(DEFAULT_L1_GB * 2**30)
+        return (f"LMCache's multiprocess server, started by the suite: chunk size {chunk_size} tokens (the engine "
+                f"level: two blocks), L1 {l1} bytes{' (the declared capacity)' if l1_bytes else ''}, LRU eviction")
 
     @staticmethod
     def wanted_by(connector: ConnectorChoice) -> bool:

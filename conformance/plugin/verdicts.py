@@ -67,6 +67,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if violations:
             # Hypothesis may raise a group of distinct failures: name every clause message.
             report.user_properties.append(("kvconform.message", "\n".join(dict.fromkeys(map(str, violations)))))
+        elif status is Status.PASS and test is not None and test.observed:  # what the workload did
+            report.user_properties.append(("kvconform.message", test.observed))
     return report
 
 
@@ -204,6 +206,9 @@ class Recorder:
                          "identity": _connector_identity(state.connector_spec),
                          "capabilities": sorted(state.connector.capabilities) if state.connector else [],
                          "lossy_tolerance": state.connector.lossy_tolerance if state.connector else None,
+                         "capacity_bytes": state.connector.capacity_bytes if state.connector else None,
+                         # what the suite started in the user's place (LMCache's server, bounded by capacity)
+                         "supplied": _supplied(state.connector) if state.connector else [],
                          "extra_config": json.loads(opt(options.EXTRA_CONFIG) or "{}"),
                          # what its engines ran with (--kv-engine-env): names, and only safe values
                          "engine_env": results.recorded_env(dict(state.connector.engine_env) if state.connector else {}),
@@ -236,3 +241,13 @@ def _connector_identity(spec: str) -> dict[str, Any]:
 
         module = registered_module(name) or ""
     return identify(module or "vllm")
+
+
+def _supplied(connector: Any) -> list[str]:
+    """What the suite supplies for ``connector`` instead of the user (its servers), in words."""
+    from conformance.levels.connector.session import LMCACHE_CHUNK_SIZE
+    from conformance.levels.subject import LMCacheService
+
+    if not LMCacheService.wanted_by(connector):
+        return []
+    return [LMCacheService.describe(LMCACHE_CHUNK_SIZE, connector.capacity_bytes)]

@@ -47,9 +47,9 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "get returns, byte for byte, the logical content that put was given (NaN payloads, "
            "-0, subnormals included)", lossless=True),
     Clause("no_aliasing", _STORE,
-           "what get returns is a copy of what put was given: the caller reusing the tensor it put (all "
-           "of its memory, or only the view's region) and the engine writing into the tensor get "
-           "returned change nothing a later get returns", lossless=True),
+           "what get returns is a copy of what put was given, as it was at put: the caller reusing the tensor "
+           "it put (all of its memory, or only the view's region), even before the first get, and the engine "
+           "writing into the tensor get returned change nothing any get returns", lossless=True),
     Clause("dtype_preserved", _STORE,
            "get returns the spec's storage dtype and element format: no hidden cast through "
            "fp16/fp32, fp8 stays its own format"),
@@ -73,8 +73,9 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "truncated or corrupted bytes at rest give a clear error (or a miss), never garbage",
            requires=frozenset({"at_rest"})),
     Clause("state_machine", _STORE,
-           "any sequence of put/get/contains/overwrite (and delete, when claimed) agrees with a "
-           "dict model"),
+           "any sequence of put/get/contains/overwrite (and delete, when claimed) agrees with a dict model, "
+           "over real keys: keys that differ only in letter case, and keys of 256-1024 bytes that differ only "
+           "in their last characters, are distinct keys"),
     Clause("api_requirements", _CONNECTOR,
            "every vLLM name the connector's module imports, overrides or calls exists in the installed "
            "vLLM (read with ast before anything is built); a missing one is named with the release it "

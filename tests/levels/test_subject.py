@@ -10,6 +10,7 @@ from conformance.levels.subject import (
     ConnectorChoice,
     implied,
     parse_capabilities,
+    parse_capacity,
     refuses_platform,
 )
 from conformance.verdict.clauses import CLAUSES, disabled_reason
@@ -33,6 +34,15 @@ class BrokenHook:
         raise ConnectionError("redis://nowhere refused")
 
 
+def test_a_capacity_is_a_size():
+    assert parse_capacity("persistent,capacity=2MiB") == 2 << 20 and parse_capacity("capacity=4096") == 4096
+    assert parse_capabilities("capacity=1KiB") == (frozenset({"capacity"}), None)
+    assert parse_capacity("persistent") is None
+    for bad in ("capacity", "capacity=x", "capacity=0", "capacity=2MB"):
+        with pytest.raises(ValueError, match="capacity"):
+            parse_capabilities(bad)
+
+
 def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
     assert parse_capabilities("persistent, lossy=0.05") == (frozenset({"persistent", "lossy"}), 0.05)
     assert parse_capabilities("") == (frozenset(), None)
@@ -46,7 +56,8 @@ def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
         parse_capabilities("persistent=1")
     with pytest.raises(ValueError, match="must be a positive tolerance"):
         parse_capabilities("lossy=-1")
-    assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy", "pd", "cache", "stats", "events", "hma"}
+    assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy", "pd", "cache", "stats", "events", "hma",
+                                            "capacity"}
 
 
 def test_cross_engine_clauses_are_disabled_for_a_cache_inside_its_engine():

@@ -60,7 +60,10 @@ def _slots(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: in
         src_ids, dst_ids = (stored.blocks if held else stored.origin)[stored_id], loaded.blocks[loaded_id]
     else:
         src_ids, dst_ids = stored.group_blocks[stored_id][group], loaded.group_blocks[loaded_id][group]
-    positions = torch.arange(first, min(ntokens, len(src_ids) * stored.block_size, len(dst_ids) * loaded.block_size))
+    end = min(ntokens, len(src_ids) * stored.block_size, len(dst_ids) * loaded.block_size)
+    if end <= first:  # no token of the range in both requests' blocks
+        return None
+    positions = torch.arange(first, end)
     src_blocks = torch.tensor(src_ids, dtype=torch.long)[positions // stored.block_size]
     dst_blocks = torch.tensor(dst_ids, dtype=torch.long)[positions // loaded.block_size]
     keep = torch.tensor([int(d) not in loaded.load_errors and int(d) != NULL_BLOCK and int(s) != NULL_BLOCK

@@ -20,7 +20,8 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
 
     service = None
     if LMCacheService.wanted_by(connector):  # its imports beside vLLM's: awaited at config() below
-        service = LMCacheService(workdir / "lmcache-server.log", chunk_size=LMCACHE_CHUNK_SIZE)
+        service = LMCacheService(workdir / "lmcache-server.log", chunk_size=LMCACHE_CHUNK_SIZE,
+                                 l1_bytes=connector.capacity_bytes)
         service.launch()
     try:
         era = select_era()

@@ -209,6 +209,7 @@ class EngineCell:
         if service is None:
             log = self.workdir / f"lmcache-server{f'-{world}' if world else ''}.log"
             service = self.servers[world] = LMCacheService(log, chunk_size=2 * self.block_size, python=self.python,
+                                                           l1_bytes=self.connector.capacity_bytes,
                                                            spare=world == ACROSS, forks=self._forks)
             service.launch()
         return service

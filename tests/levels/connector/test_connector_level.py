@@ -25,15 +25,22 @@ FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage", "api_load_erro
 LIFECYCLE_BUGS = {"api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill", "api_abort",
                   "api_preemption"}
 EXAMPLE_BUGS = FILE_STORE_BUGS | LIFECYCLE_BUGS
+# A connector that loads wrong bytes (or another prompt's) loads them wrong in the workloads too.
+WRONG_BYTES = {"api_shared_prefix", "api_mixed_hits"}
 ZOO = "conformance.zoo.connectors."
 GOOD = "conformance.zoo.good."
 # Caches that live inside their engine: run as their authors would declare them (not persistent).
 IN_ENGINE = {GOOD + "in_engine:InEngineConnector", ZOO + "block_reference:BlockReferenceConnector"}
+BOUNDED_CAPACITY = 4 << 20
 # Connectors that report transfer statistics or emit KV events, declared so (those clauses are
 # Disabled for the rest).
 DECLARES = {GOOD + "stats:StatsConnector": ["stats"], ZOO + "stats_unbuilt:UnbuiltStatsConnector": ["stats"],
             GOOD + "events:EventsConnector": ["events"], ZOO + "events_own_hash:OwnHashEventsConnector": ["events"],
-            "OffloadingConnector": ["stats", "events"]}
+            "OffloadingConnector": ["stats", "events"],
+            GOOD + "bounded:BoundedConnector": [f"capacity={BOUNDED_CAPACITY}"],
+            ZOO + "recycled_slot:RecycledSlotConnector": [f"capacity={BOUNDED_CAPACITY}"]}
+# The bounded caches' configuration: what they hold, as their capacity declares it.
+BOUNDED = {GOOD + "bounded:BoundedConnector", ZOO + "recycled_slot:RecycledSlotConnector"}
 # connector -> the clauses it must fail under the ci profile (every other clause must pass).
 EXPECTED = {
     # Keyed by token ids only, it serves an fp8_e4m3 pair the bytes an fp8_e5m2 pair stored, and one
@@ -50,14 +57,15 @@ EXPECTED = {
     # where loaded bytes are compared; damaged storage it never reads is a Pass).
     ZOO + "noop:NoopConnector": {"api_save_load_roundtrip", "api_same_engine_roundtrip"},
     ZOO + "reversed_blocks:ReversedBlocksConnector":
-        {"api_save_load_roundtrip", "api_same_engine_roundtrip", "api_save_before_free"} | EXAMPLE_BUGS,
-    ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes"} | EXAMPLE_BUGS,
+        {"api_save_load_roundtrip", "api_same_engine_roundtrip", "api_save_before_free"} | WRONG_BYTES | EXAMPLE_BUGS,
+    ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes", "api_shared_prefix"} | EXAMPLE_BUGS,
     # Keeps 4 MiB of each layer's KV per prompt: only the 16 MiB probe is past the cap.
-    ZOO + "size_capped:SizeCappedConnector": {"api_save_load_roundtrip"} | EXAMPLE_BUGS,
+    # and a 4k-token system prompt's conversation (4 MiB a layer) crosses it too.
+    ZOO + "size_capped:SizeCappedConnector": {"api_save_load_roundtrip", "api_shared_prefix"} | EXAMPLE_BUGS,
     ZOO + "first_layer_only:FirstLayerOnlyConnector":
-        {"api_save_load_roundtrip", "api_same_engine_roundtrip", "api_save_before_free"} | EXAMPLE_BUGS,
+        {"api_save_load_roundtrip", "api_same_engine_roundtrip", "api_save_before_free"} | WRONG_BYTES | EXAMPLE_BUGS,
     # Keyed by the first block alone: a prompt sharing only that block is handed the rest of another's KV.
-    ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | EXAMPLE_BUGS,
+    ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | WRONG_BYTES | EXAMPLE_BUGS,
     # Correct, but reads vLLM's current config where vLLM's worker has one set: flagged only for
     # what it inherits, or the harness is not running hooks in vLLM's context.
     "conformance.zoo.good.config_reading:ConfigReadingConnector": EXAMPLE_BUGS,
@@ -69,7 +77,7 @@ EXPECTED = {
     # scenario that reloads within the engine.
     ZOO + "block_reference:BlockReferenceConnector":
         {"api_same_engine_roundtrip", "api_prompt_embeds", "api_chunked_prefill", "api_abort", "api_preemption",
-         "api_save_before_free"},
+         "api_save_before_free"} | WRONG_BYTES,
     # ExampleConnector with its lifecycle put right (salted key, saved once computed, async saves
     # reported once): only its file format's bugs are left; each known-bad below breaks one thing.
     GOOD + "lifecycle:LifecycleConnector": FILE_STORE_BUGS,
@@ -99,11 +107,21 @@ EXPECTED = {
     # The lifecycle control emitting KV events named by vLLM's block hashes, and by hashes of its own.
     GOOD + "events:EventsConnector": FILE_STORE_BUGS,
     ZOO + "events_own_hash:OwnHashEventsConnector": {"api_kv_events"} | FILE_STORE_BUGS,
+    # The workloads production produces (test_workloads.py): a key cut at 1024 tokens, a claim that
+    # counts vLLM's local hits again, a fallback to the shared pool on a tenant's miss, and a bounded
+    # cache that recycles an evicted entry's space but keeps its name (beside its correct twin).
+    ZOO + "prefix_capped:PrefixCappedConnector": {"api_shared_prefix"} | FILE_STORE_BUGS,
+    ZOO + "over_claiming:OverClaimingConnector": {"api_mixed_hits"} | FILE_STORE_BUGS,
+    ZOO + "shared_pool_fallback:SaltFallbackConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
+    ZOO + "shared_pool_fallback:LoraFallbackConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
+    GOOD + "bounded:BoundedConnector": FILE_STORE_BUGS,
+    ZOO + "recycled_slot:RecycledSlotConnector": {"api_cache_pressure"} | FILE_STORE_BUGS,
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
 NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_lora_isolation",
                                                "api_prompt_embeds", "api_chunked_prefill", "api_preemption",
-                                               "api_save_before_free", "api_format_isolation"}}
+                                               "api_save_before_free", "api_format_isolation", "api_shared_prefix",
+                                               "api_mixed_hits"}}
 
 # Clauses that catch the same bug when their drawn examples exercise it (a partial prefix that
 # happens to hit a whole stored block): allowed to fail, not required to (wpt's intermittent).
@@ -119,6 +137,8 @@ def api_suite(run_suite, connector: str, *extra: str, persistent: bool | None = 
     persistent = connector not in IN_ENGINE if persistent is None else persistent
     caps = (["persistent"] if persistent else []) + DECLARES.get(connector, [])
     declared = (f"--kv-connector-capabilities={','.join(caps)}",) if caps else ()
+    if connector in BOUNDED:
+        declared += (f'--kv-connector-extra-config={{"capacity_bytes": {BOUNDED_CAPACITY}}}',)
     return run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci", *declared, *extra,
                      timeout=900)
 
@@ -132,7 +152,8 @@ def test_connector_fails_exactly_what_it_breaks(run_suite, connector):
     assert EXPECTED[connector] <= failing <= EXPECTED[connector] | MAY_FAIL.get(connector, set()), run.output[-3000:]
     assert {c for c, s in statuses.items() if s == "Not exercised"} == NOT_EXERCISED.get(connector, set())
     disabled = {c for c, s in statuses.items() if s == "Disabled"}
-    applies = {"cache", *DECLARES.get(connector, ())} | (set() if connector in IN_ENGINE else {"persistent"})
+    applies = {"cache", *(c.partition("=")[0] for c in DECLARES.get(connector, ()))} | (
+        set() if connector in IN_ENGINE else {"persistent"})
     assert disabled == {c for c in API_CLAUSES if not CLAUSES[c].requires <= applies}, run.output[-3000:]
     assert set(statuses.values()) <= {"Pass", "Fail", "Not runnable", "Not exercised", "Disabled"}
     for test in run.results["tests"]:
@@ -217,6 +238,13 @@ def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
     ("salt_blind:SaltBlindConnector", "api_cache_salt", ["cache_salt='salt-a'", "'tenant-b': 80", "Key stored KV"]),
     ("lora_blind:LoraBlindConnector", "api_lora_isolation",
      ["LoRA adapter 'adapter-a'", "'adapter-b': 80, 'base-model': 80", "by the request's lora_request"]),
+    ("shared_pool_fallback:SaltFallbackConnector", "api_cache_salt",
+     ["a request without a salt", "'tenant-a-on-shared': 80", "never fall back"]),
+    ("over_claiming:OverClaimingConnector", "api_mixed_hits",
+     ["already held its first 32", "num_computed_tokens 32", "runs past the prompt"]),
+    ("prefix_capped:PrefixCappedConnector", "api_shared_prefix", ["share a 1026-token system prompt"]),
+    ("recycled_slot:RecycledSlotConnector", "api_cache_pressure",
+     ["times the declared capacity", "hold KV computed for another prefix", "bytes no request computed"]),
     ("forward_only_load:ForwardOnlyLoadConnector", "api_async_load",
      ["request(s) ['load'] waited", "kv_connector_no_forward", "get_finished never reported them"]),
     ("late_load_error:LateLoadErrorConnector", "api_load_errors_reported",
