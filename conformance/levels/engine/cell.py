@@ -65,10 +65,20 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
         # Prompts of REUSED_BLOCKS blocks each, for an engine of one block more: each is given the
         # blocks the one before it gave back (vLLM's free queue hands out the least recently used).
         "reused": {"name": "reused", "prompts": [tokens((REUSED_BLOCKS - 1) * bs + bs // 3 + i) for i in range(3)]},
+        # Tenants the other way: prompts a salted tenant stored (drawn last: the prompts above keep
+        # their tokens), asked for again with no salt and under a third tenant's salt.
+        **_tenant_batches([tokens(2 * bs + 5), tokens(3 * bs + 1)]),
     }
 
 
-SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch
+def _tenant_batches(prompts: list[list[int]]) -> dict[str, dict[str, Any]]:
+    return {"tenant": {"name": "tenant", "prompts": prompts, "cache_salt": SALT},
+            "untenanted": {"name": "untenanted", "prompts": prompts},
+            "other_tenant": {"name": "other_tenant", "prompts": prompts, "cache_salt": THIRD_SALT}}
+
+
+SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch (and of "tenant")
+THIRD_SALT = "kvconform-third-tenant"  # "tenant"'s prompts asked for by yet another tenant
 REUSED_BLOCKS = 5  # the blocks of each "reused" prompt; its store engine has one usable block more
 REUSE_ROLES = ("reuse_store", "reuse_load")  # KV saved while vLLM reused its blocks at once, then loaded
 AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
@@ -284,8 +294,8 @@ class EngineCell:
 
         return {
             "baseline": lambda: self._spec(dtype, None, [*load, "after_abort", "reused"]),
-            SAME_ENGINE: lambda: self._spec(dtype, using(SAME_ENGINE), [*STORED, "aborted"],
-                                            reload=[*load, "salted", "after_abort"]),
+            SAME_ENGINE: lambda: self._spec(dtype, using(SAME_ENGINE), [*STORED, "aborted", "tenant"],
+                                            reload=[*load, "salted", "untenanted", "other_tenant", "after_abort"]),
             LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries"], reload=["adapted", "boundaries"]),
                            "lora_adapter": str(self.workdir / "lora-adapter")},
             "store": lambda: self._spec(dtype, using("store"), STORED),

@@ -21,6 +21,7 @@ from conformance.levels.engine.cell import (
     SALT,
     SAME_ENGINE,
     STORED,
+    THIRD_SALT,
     NotRunnable,
     compare_runs,
     external_hits,
@@ -193,13 +194,20 @@ def test_engine_cache_salt(cell):
     cid = "engine_cache_salt"
     engine = _connector_run(cell, SAME_ENGINE, cid)
     reload = engine.phase(1)
-    count_load(external_hits(reload) - external_hits(reload, "salted"))
-    hits = external_hits(reload, "salted")
-    if hits > 0:
-        raise ClauseViolation(cid, (
-            f"the engine served {hits:g} external prefix-cache hit tokens to {len(cell.batches['salted']['prompts'])} "
-            f"requests of cache_salt={SALT!r} for prompts only unsalted requests had stored: one tenant is served "
-            f"another's KV. {cell.connector.label} must key stored KV by the request's cache_salt too"))
+    # Both ways: unsalted prompts asked for by a tenant, and a tenant's prompts asked for with no salt
+    # and by a third tenant.
+    crossings = {"salted": f"requests of cache_salt={SALT!r} for prompts only unsalted requests had stored",
+                 "untenanted": f"unsalted requests for prompts only requests of cache_salt={SALT!r} had stored",
+                 "other_tenant": f"requests of cache_salt={THIRD_SALT!r} for prompts only requests of "
+                                 f"cache_salt={SALT!r} had stored"}
+    count_load(external_hits(reload) - sum(external_hits(reload, batch) for batch in crossings))
+    for batch, who in crossings.items():
+        hits = external_hits(reload, batch)
+        if hits > 0:
+            raise ClauseViolation(cid, (
+                f"the engine served {hits:g} external prefix-cache hit tokens to {len(cell.batches[batch]['prompts'])} "
+                f"{who}: one tenant is served another's KV. {cell.connector.label} must key stored KV by the "
+                "request's cache_salt too, and never fall back to another tenant's KV on a miss"))
 
 
 @clause("engine_store_then_load")

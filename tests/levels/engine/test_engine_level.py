@@ -165,6 +165,21 @@ def test_a_connector_that_forgets_an_aborted_request_is_flagged_through_the_engi
         assert words in test["message"], test["message"]
 
 
+@pytest.mark.parametrize("connector, fails", [
+    ("conformance.zoo.good.lifecycle:LifecycleConnector", False),
+    ("conformance.zoo.connectors.shared_pool_fallback:SaltFallbackConnector", True),
+])
+def test_tenants_are_kept_apart_both_ways(run_suite, connector, fails):
+    """The salted key's control passes engine_cache_salt asked both ways (unsalted prompts for a
+    tenant, a tenant's prompts unsalted and for a third tenant); the connector that falls back to the
+    shared (unsalted) pool on a tenant's miss is served another's traffic, in a real engine too."""
+    run = engine_suite(run_suite, connector, "auto", "-k", "engine_cache_salt", persistent=False)
+    (test,) = run.results["tests"]
+    assert test["status"] == ("Fail" if fails else "Pass"), test
+    if fails:
+        assert "for prompts only unsalted requests had stored" in test["message"], test["message"]
+
+
 def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
     # vLLM's DecodeBenchConnector fills "cached" tokens with constants: its first engine claims hits.
     run = engine_suite(run_suite, "DecodeBenchConnector", "auto", "-k", "same_engine", persistent=False)
