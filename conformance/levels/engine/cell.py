@@ -68,6 +68,9 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
         # Tenants the other way: prompts a salted tenant stored (drawn last: the prompts above keep
         # their tokens), asked for again with no salt and under a third tenant's salt.
         **_tenant_batches([tokens(2 * bs + 5), tokens(3 * bs + 1)]),
+        # Adapters the other way: prompts stored under the LoRA adapter, asked for by the base model.
+        "adapter_stored": {"name": "adapter_stored", "prompts": (adapter := [tokens(2 * bs + 7)]), "lora": True},
+        "base_on_adapter": {"name": "base_on_adapter", "prompts": adapter},
     }
 
 
@@ -296,7 +299,8 @@ class EngineCell:
             "baseline": lambda: self._spec(dtype, None, [*load, "after_abort", "reused"]),
             SAME_ENGINE: lambda: self._spec(dtype, using(SAME_ENGINE), [*STORED, "aborted", "tenant"],
                                             reload=[*load, "salted", "untenanted", "other_tenant", "after_abort"]),
-            LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries"], reload=["adapted", "boundaries"]),
+            LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries", "adapter_stored"],
+                                        reload=["adapted", "base_on_adapter", "boundaries"]),
                            "lora_adapter": str(self.workdir / "lora-adapter")},
             "store": lambda: self._spec(dtype, using("store"), STORED),
             "load": lambda: self._spec(dtype, "load", load),

@@ -180,13 +180,19 @@ def test_engine_lora_isolation(cell):
     cid = "engine_lora_isolation"
     reload = _connector_run(cell, LORA, cid).phase(1)
     count_load(external_hits(reload, "boundaries"))
-    hits = external_hits(reload, "adapted")
-    if hits > 0:
-        raise ClauseViolation(cid, (
-            f"the engine served {hits:g} external prefix-cache hit tokens to {len(cell.batches['adapted']['prompts'])} "
-            "requests under a LoRA adapter (rank 8 on every layer's k_proj and v_proj, so their K and V differ) for "
-            f"prompts only base-model requests had stored: they were served the base model's KV. "
-            f"{cell.connector.label} must key stored KV by the request's LoRA adapter too"))
+    # Both ways: base-model prompts asked for under the adapter, and the adapter's asked for by the base model.
+    crossings = {"adapted": ("requests under a LoRA adapter", "only base-model requests had stored",
+                             "the base model's KV"),
+                 "base_on_adapter": ("base-model requests", "only requests under the LoRA adapter had stored",
+                                     "the adapter's KV")}
+    for batch, (who, stored, served) in crossings.items():
+        hits = external_hits(reload, batch)
+        if hits > 0:
+            raise ClauseViolation(cid, (
+                f"the engine served {hits:g} external prefix-cache hit tokens to {len(cell.batches[batch]['prompts'])} "
+                f"{who} (the adapter is rank 8 on every layer's k_proj and v_proj, so their K and V differ) for "
+                f"prompts {stored}: they were served {served}. {cell.connector.label} must key stored KV by the "
+                "request's LoRA adapter too"))
 
 
 @clause("engine_cache_salt")

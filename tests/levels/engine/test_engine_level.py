@@ -165,19 +165,25 @@ def test_a_connector_that_forgets_an_aborted_request_is_flagged_through_the_engi
         assert words in test["message"], test["message"]
 
 
-@pytest.mark.parametrize("connector, fails", [
-    ("conformance.zoo.good.lifecycle:LifecycleConnector", False),
-    ("conformance.zoo.connectors.shared_pool_fallback:SaltFallbackConnector", True),
+@pytest.mark.parametrize("connector, failing", [
+    ("conformance.zoo.good.lifecycle:LifecycleConnector", {}),
+    ("conformance.zoo.connectors.shared_pool_fallback:SaltFallbackConnector",
+     {"engine_cache_salt": "for prompts only unsalted requests had stored"}),
+    ("conformance.zoo.connectors.shared_pool_fallback:LoraFallbackConnector",
+     {"engine_lora_isolation": "they were served the base model's KV"}),
 ])
-def test_tenants_are_kept_apart_both_ways(run_suite, connector, fails):
-    """The salted key's control passes engine_cache_salt asked both ways (unsalted prompts for a
-    tenant, a tenant's prompts unsalted and for a third tenant); the connector that falls back to the
-    shared (unsalted) pool on a tenant's miss is served another's traffic, in a real engine too."""
-    run = engine_suite(run_suite, connector, "auto", "-k", "engine_cache_salt", persistent=False)
-    (test,) = run.results["tests"]
-    assert test["status"] == ("Fail" if fails else "Pass"), test
-    if fails:
-        assert "for prompts only unsalted requests had stored" in test["message"], test["message"]
+def test_tenants_are_kept_apart_both_ways(run_suite, connector, failing):
+    """The tenant-keyed control passes engine_cache_salt and engine_lora_isolation asked both ways
+    (unsalted prompts for a tenant and a tenant's for others; base-model prompts under the adapter and
+    the adapter's for the base model); a connector that falls back to the shared pool (the unsalted,
+    or the base model's, KV) on a tenant's miss is served another's traffic, in a real engine too."""
+    run = engine_suite(run_suite, connector, "auto", "-k", "engine_cache_salt or engine_lora_isolation",
+                       persistent=False)
+    statuses = run.statuses()
+    assert statuses == {c: "Fail" if c in failing else "Pass" for c in ("engine_cache_salt", "engine_lora_isolation")}
+    for test in run.results["tests"]:
+        if test["clause"] in failing:
+            assert failing[test["clause"]] in test["message"], test["message"]
 
 
 def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
