@@ -209,12 +209,14 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            requires=_PD),
     Clause("engine_cache_salt", _ENGINE,
            "one engine that stored prompts, had its prefix cache reset and served them again serves "
-           "none of them as external hits to requests of another cache_salt",
+           "none of them as external hits to requests of another cache_salt, both ways: unsalted prompts to a "
+           "tenant, a tenant's to unsalted requests and to another tenant",
            requires=_CACHE, needs_load=True),
     Clause("engine_lora_isolation", _ENGINE,
-           "one engine serving LoRA (enable_lora) that stored prompts for the base model, had its prefix "
-           "cache reset and served them again under an adapter that changes K and V serves none of them as "
-           "external hits, and still loads them for the base model",
+           "one engine serving LoRA (enable_lora) that stored prompts for the base model and under an adapter "
+           "that changes K and V, had its prefix cache reset and served them again across (base-model prompts "
+           "under the adapter, the adapter's for the base model) serves none of them as external hits, and "
+           "still loads them for the base model",
            requires=_CACHE, needs_load=True),
     Clause("engine_store_then_load", _ENGINE,
            "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
