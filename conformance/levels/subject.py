@@ -309,11 +309,11 @@ class LMCacheService:
                              forks=self._forks)
 
     @staticmethod
-    def describe(chunk_size: int, l1_bytes: int | None) -> str:
+    def describe(l1_bytes: int | None) -> str:
         """What the suite supplies in the user's place, in words (the results' ``connector.supplied``)."""
         l1 = l1_bytes or int(DEFAULT_L1_GB * 2**30)
-        return (f"LMCache's multiprocess server, started by the suite: chunk size {chunk_size} tokens (the engine "
-                f"level: two blocks), L1 {l1} bytes{' (the declared capacity)' if l1_bytes else ''}, LRU eviction")
+        return (f"LMCache's multiprocess server, started by the suite: L1 {l1} bytes"
+                f"{' (the declared capacity)' if l1_bytes else ''}, LRU eviction")
 
     @staticmethod
     def wanted_by(connector: ConnectorChoice) -> bool:

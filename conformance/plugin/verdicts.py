@@ -245,9 +245,8 @@ def _connector_identity(spec: str) -> dict[str, Any]:
 
 def _supplied(connector: Any) -> list[str]:
     """What the suite supplies for ``connector`` instead of the user (its servers), in words."""
-    from conformance.levels.connector.session import LMCACHE_CHUNK_SIZE
     from conformance.levels.subject import LMCacheService
 
     if not LMCacheService.wanted_by(connector):
         return []
-    return [LMCacheService.describe(LMCACHE_CHUNK_SIZE, connector.capacity_bytes)]
+    return [LMCacheService.describe(connector.capacity_bytes)]

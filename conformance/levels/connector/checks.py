@@ -66,7 +66,7 @@ def _slots(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: in
     positions = torch.arange(first, end)
     src_blocks = torch.tensor(src_ids, dtype=torch.long)[positions // stored.block_size]
     dst_blocks = torch.tensor(dst_ids, dtype=torch.long)[positions // loaded.block_size]
-    keep = torch.tensor([int(d) not in loaded.load_errors and int(d) != NULL_BLOCK and int(s) != NULL_BLOCK
+    keep = torch.tensor([not _exempt_block(loaded, int(d)) and int(s) != NULL_BLOCK
                          for s, d in zip(src_blocks, dst_blocks)], dtype=torch.bool)
     if not bool(keep.any()):  # every loaded block was reported failed (or lies outside a window)
         return None
@@ -161,4 +161,10 @@ def _exempt(loaded: Run, loaded_id: str, group: int, first: int, ntokens: int) -
     ids = loaded.blocks[loaded_id] if group == 0 else loaded.group_blocks[loaded_id][group]
     blocks = [ids[p // loaded.block_size] if p // loaded.block_size < len(ids) else NULL_BLOCK
               for p in range(first, ntokens)]
-    return torch.tensor([b in loaded.load_errors or b == NULL_BLOCK for b in blocks], dtype=torch.bool)
+    return torch.tensor([_exempt_block(loaded, b) for b in blocks], dtype=torch.bool)
+
+
+def _exempt_block(loaded: Run, block: int) -> bool:
+    """A loaded block no comparison judges: reported as a failed load (vLLM recomputes it) or the
+    null block (a sliding window's slot outside the window)."""
+    return block in loaded.load_errors or block == NULL_BLOCK

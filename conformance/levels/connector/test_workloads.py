@@ -174,7 +174,7 @@ def test_cache_pressure(connector_api):
     with connector_faults_fail(cid, context):
         runs = scenario_lifetime(api, phases, num_blocks=PRESSURE_BATCH * (blocks + 2) + 2, scheduling=knobs)
     stored_runs, asked_runs, finals = runs[:len(batches)], runs[len(batches):-len(recent)], runs[-len(recent):]
-    sources = {rid: [Source(run, rid, prompts[rid])] for run, batch in zip(stored_runs, batches) for rid in batch}
+    sources = {rid: [_served(run, rid, prompts[rid])] for run, batch in zip(stored_runs, batches) for rid in batch}
     claimed = {}
     for run, batch in zip(asked_runs, asks):
         for rid in batch:

@@ -14,6 +14,13 @@ from conformance.zoo.good.bounded import BoundedConnector
 
 
 class RecycledSlotConnector(BoundedConnector):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._recycled: set[Path] = set()  # entries whose space was given to others
+
+    def _entries(self) -> list[Path]:
+        return [p for p in super()._entries() if p not in self._recycled]
+
     def _evict_entry(self, entry: Path) -> None:
         for f in entry.iterdir():
             kv = safetensors.torch.load_file(str(f))["kv_cache"]

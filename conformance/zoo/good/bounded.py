@@ -17,7 +17,6 @@ class BoundedConnector(LifecycleConnector):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._capacity = int(self._kv_transfer_config.get_from_extra_config("capacity_bytes", 0))
-        self._recycled: set[Path] = set()  # entries whose space was given to others (see _evict_entry)
 
     # --- worker side
     def start_load_kv(self, forward_context, **kwargs) -> None:
@@ -33,9 +32,7 @@ class BoundedConnector(LifecycleConnector):
 
     def _evict(self) -> None:
         """Evict the least recently used entries until what is stored fits the capacity."""
-        root = Path(self._storage_path)
-        entries = [(p.stat().st_mtime_ns, p) for p in root.iterdir() if p.is_dir() and p not in self._recycled] \
-            if root.is_dir() else []
+        entries = [(p.stat().st_mtime_ns, p) for p in self._entries()]
         sizes = {p: sum(f.stat().st_size for f in p.iterdir()) for _, p in entries}
         total = sum(sizes.values())
         for _, entry in sorted(entries):
@@ -43,6 +40,11 @@ class BoundedConnector(LifecycleConnector):
                 break
             total -= sizes[entry]
             self._evict_entry(entry)
+
+    def _entries(self) -> list[Path]:
+        """The stored entries whose space counts against the capacity: one folder per prompt."""
+        root = Path(self._storage_path)
+        return [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
 
     def _evict_entry(self, entry: Path) -> None:
         shutil.rmtree(entry, ignore_errors=True)
