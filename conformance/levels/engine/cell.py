@@ -120,7 +120,8 @@ NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells
 # one fails, the same engine without the connector says whether vLLM runs those settings here at all.
 OWN_SETTINGS = (LORA, "reuse_store")
 WITHOUT_CONNECTOR = "_without_connector"  # the role name of such an engine
-SPLIT_AT = "_split_at_"  # a baseline's engine with its prompts prefilled in chunks (split_reference)
+SPLIT_AT = "_split_at_"  # a baseline's engine with its prompts prefilled in chunks (references)
+CACHED_AT = "_cached_"  # a baseline's engine with each prompt's first tokens in its prefix cache (references)
 # Roles no other role reads or damages the storage of (nor needs, but the one after it): with two
 # lanes they run on the second, beside the rest, once the baseline has shown vLLM runs the cell.
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
@@ -153,8 +154,8 @@ NOT_STARTED = "not started: "  # a role's run after another engine of the cell h
 
 
 def connected(role: str) -> bool:
-    """Whether ``role``'s engine runs the connector (not a baseline, a control or a split reference)."""
-    return role not in NO_CONNECTOR and WITHOUT_CONNECTOR not in role and SPLIT_AT not in role
+    """Whether ``role``'s engine runs the connector (not a baseline, a control or a reference)."""
+    return role not in NO_CONNECTOR and all(mark not in role for mark in (WITHOUT_CONNECTOR, SPLIT_AT, CACHED_AT))
 
 
 class EngineCell:
@@ -391,13 +392,25 @@ class EngineCell:
 
         return self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
 
-    def split_reference(self, baseline: EngineRun, cached: int) -> EngineRun | None:
-        """``baseline``'s engine with every prompt prefilled in chunks of ``cached`` tokens: vLLM's own
-        output for a prompt whose first ``cached`` tokens it computed apart from the rest, as a load of
-        that many tokens has it compute (``compare_runs``); None where vLLM would not run it."""
-        name = f"{baseline.role}{SPLIT_AT}{cached}"
+    def references(self, baseline: EngineRun, cached: int, prompt_len: int) -> list[Reference]:
+        """vLLM's own outputs, no connector, for ``baseline``'s prompts with their first ``cached``
+        tokens not computed, as a load of that many tokens has vLLM compute the rest (``compare_runs``):
+        those tokens in vLLM's own prefix cache (a hit is a whole number of blocks), and, where the
+        rest is at most ``cached``, the prompt prefilled in chunks of ``cached`` (a load that is no
+        whole number of blocks). Engines shared like the baselines, started on first ask."""
+        found = []
+        if cached % self.block_size == 0:
+            found.append(Reference(f"vLLM's own output with its first {cached} tokens in vLLM's prefix cache",
+                                   self._reference(baseline, CACHED_AT, cached, "cached_prefix"), from_cache=True))
+        if prompt_len - cached <= cached:
+            found.append(Reference(f"vLLM's own output with the first {cached} tokens computed apart",
+                                   self._reference(baseline, SPLIT_AT, cached, "prefill_chunk"), from_cache=False))
+        return found
+
+    def _reference(self, baseline: EngineRun, mark: str, cached: int, setting: str) -> EngineRun | None:
+        name = f"{baseline.role}{mark}{cached}"
         if name not in self.runs:
-            spec = {**self._roles()[baseline.role](), "prefill_chunk": cached}
+            spec = {**self._roles()[baseline.role](), setting: cached}
             self.runs[name] = self._launch(spec, name, shared=True)
         run = self.runs[name]
         return run if run.ok else None
@@ -547,8 +560,24 @@ def comparison_tolerance(run: EngineRun, batch: dict[str, Any]) -> Tolerance | N
     return max(found, key=lambda t: t.logprob) if found else None
 
 
+@dataclass(frozen=True)
+class Reference:
+    """vLLM's own output, no connector, for prompts whose first tokens it did not compute."""
+    what: str  # how vLLM was made to skip them, for the message
+    run: EngineRun | None  # None: vLLM would not run it here
+    from_cache: bool  # skipped through vLLM's prefix cache: a request that missed it is no reference
+
+    def request(self, batch: str, i: int, cached: int) -> dict[str, Any] | None:
+        """Request ``i`` of ``batch`` if it is a reference for ``cached`` tokens not computed."""
+        if self.run is None:
+            return None
+        request = self.run.requests(batch)[i]
+        return None if self.from_cache and request["num_cached_tokens"] != cached else request
+
+
 def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Tolerance | None = None,
-                 skip_failed: bool = False, split: Callable[[int], EngineRun | None] | None = None) -> list[str]:
+                 skip_failed: bool = False,
+                 references: Callable[[int, int], list[Reference]] | None = None) -> list[str]:
     """Differences between two runs' outputs for ``batch``, per prompt: tokens and logprob *bits*,
     or, given a ``tolerance``, ``within_tolerance``; ``skip_failed`` leaves out requests ``got``'s
     engine failed (finish_reason "error").
@@ -556,8 +585,8 @@ def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Toleran
     A prompt served with its first N tokens loaded has vLLM compute only the rest, and on some CPUs
     (measured on an AMX machine: benchmarks/prefill_split_bits.py) the bits of a token depend
     on how many were computed with it, connector or not (docs/engine-level.md). Where the bits differ,
-    ``split(N)`` is asked for ``want``'s engine with every prompt prefilled N tokens, then the rest:
-    the same computation, by vLLM alone, so a prompt equal to it bit for bit loaded what vLLM computes.
+    ``references(N, prompt_len)`` are asked for vLLM's own output with N tokens not computed (the
+    same computation, by vLLM alone): a prompt equal to one bit for bit loaded what vLLM computes.
     """
     problems = []
     for i, (g, w) in enumerate(zip(got.requests(batch), want.requests(batch), strict=True)):
@@ -571,13 +600,17 @@ def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Toleran
             continue
         problem = bits_differ(g, w)
         cached = not_computed(g)
-        if problem and split is not None and 0 < cached and g["prompt_len"] - cached <= cached:
-            reference = split(cached)  # a chunk of N, then the rest in one: exactly the load's computation
-            if reference is not None and not bits_differ(g, reference.requests(batch)[i]):
+        if problem and references is not None and 0 < cached:
+            found = references(cached, g["prompt_len"])
+            held = [(ref, ref.request(batch, i, cached)) for ref in found]
+            if any(r is not None and not bits_differ(g, r) for _, r in held):
                 continue
-            problem += (f", nor is it vLLM's own output with the first {cached} tokens computed apart"
-                        if reference is not None else
-                        f" (vLLM's own output with the first {cached} tokens computed apart could not be run here)")
+            ran = [ref.what for ref, r in held if r is not None]
+            unrun = [ref.what for ref, r in held if r is None]
+            if ran:
+                problem += ", nor is it " + " or ".join(ran)
+            if unrun:
+                problem += f" ({' or '.join(unrun)} could not be run here)"
         if problem:
             problems.append(f"{where}: {problem}")
     return problems

@@ -7,7 +7,9 @@ process leaves through ``os._exit`` so that no teardown can hang it.
 SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cache_mb``, ``num_blocks``
 (the cache's blocks, vLLM's ``num_gpu_blocks_override``; default: what ``kv_cache_mb`` holds),
 ``torch_threads`` (torch's intra-op threads, set before the engine is built), ``prefill_chunk`` (vLLM's
-``max_num_batched_tokens``: each prompt prefilled in chunks of that many tokens),
+``max_num_batched_tokens``: each prompt prefilled in chunks of that many tokens), ``cached_prefix``
+(N: before each prompt or batch, the prefix cache is reset and each longer prompt's first N tokens
+served, so vLLM's own prefix cache holds exactly them when the prompt is asked),
 ``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
 ``[{"name", "prompts": [[token ids]], "together": bool, "phase": int, "cache_salt": str,
 "kv_transfer_params": [one dict per prompt], "abort_after_steps": int}]``; a batch ``together`` is
@@ -235,9 +237,11 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         pairs = list(zip(prompts, map(params, transfers)))
         groups = [pairs] if batch.get("together") else [[p] for p in pairs]
         idx = 0
+        lora = {"lora_request": adapter} if batch.get("lora") else {}
         for g, group in enumerate(groups):
+            if spec.get("cached_prefix"):  # a prefix-cache reference (cell.EngineCell.references)
+                _cache_prefixes(llm, [p for p, _ in group], spec["cached_prefix"], salt, lora)
             before = _counters(llm)
-            lora = {"lora_request": adapter} if batch.get("lora") else {}
             outputs = llm.generate([p for p, _ in group], [sp for _, sp in group], use_tqdm=False, **lora)
             after = _counters(llm)
             delta = {k.split(":")[1]: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
@@ -252,6 +256,21 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     result["ok"] = True
     if spec.get("serve_until"):
         _serve(llm, spec, result)
+
+
+def _cache_prefixes(llm: Any, prompts: list[Any], cached: int, salt: dict[str, str], lora: dict[str, Any]) -> None:
+    """Leave exactly the first ``cached`` tokens of each prompt longer than that in vLLM's own prefix
+    cache: reset it, then serve those tokens (one step each), as the same tenant and adapter."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    if not _reset_prefix_cache(llm):
+        raise RuntimeError("vLLM did not reset its prefix cache before a prefix-cache reference")
+    heads = [TokensPrompt(prompt_token_ids=p["prompt_token_ids"][:cached], **salt)
+             for p in prompts if len(p["prompt_token_ids"]) > cached]
+    if heads:
+        llm.generate(heads, SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, seed=0),
+                     use_tqdm=False, **lora)
 
 
 LORA_RANK = 8

@@ -2,8 +2,8 @@
 
 Every scenario reads runs of one cell (see ``conformance.levels.engine.cell``): engines start once
 per role and are shared. "Bit-identical" compares tokens and the float bits of logprobs (a prompt
-vLLM computed apart from its loaded tokens to vLLM's own output with the same split, where the
-CPU makes that differ: ``compare_runs``), except where vLLM itself is not bit-reproducible across
+vLLM computed apart from its loaded tokens to vLLM's own output with as many tokens not computed,
+where the CPU makes that differ: ``compare_runs``), except where vLLM itself is not bit-reproducible across
 a load: MLA on CPU, and a concurrent batch (vLLM is not batch-invariant, and an async load changes
 the batch's composition). There tokens must
 match and each logprob stay within a measured tolerance (``comparison_tolerance``), and the
@@ -119,7 +119,7 @@ def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
     failed (finish_reason "error"): a clear failure, not an output."""
     count_load(sum(external_hits(got, b) for b in batches))
     problems = [p for b in batches for p in compare_runs(got, want, b, cell.tolerance(want, b), skip_failed,
-                                                         split=lambda cached: cell.split_reference(want, cached))]
+                                                         references=lambda n, length: cell.references(want, n, length))]
     if problems:
         raise ClauseViolation(clause_id, f"{what} differs from the no-connector baseline in "
                                          f"{len(problems)} request(s): " + "; ".join(problems[:3]))

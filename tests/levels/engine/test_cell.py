@@ -1,4 +1,5 @@
-"""How engine outputs are compared: bits (against vLLM's own split prefill where a load has it compute a prompt apart), or (MLA on CPU, a concurrent batch) within a tolerance that allows a near-tie."""
+"""How engine outputs are compared: bits (held to vLLM's own output with as many tokens not computed where a
+load has it compute a prompt apart), or (MLA on CPU, a concurrent batch) within a tolerance that allows a near-tie."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import math
 from conformance.levels.engine.cell import (
     BATCH_COMPOSITION_LOGPROB_TOLERANCE,
     MLA_CPU_LOGPROB_TOLERANCE,
+    EngineCell,
+    Reference,
     Tolerance,
     comparison_tolerance,
     compare_runs,
@@ -67,46 +70,76 @@ def test_a_divergence_that_is_no_near_tie_fails():
     assert "not a near-tie" in within_tolerance(absent, BASE, TOL)
 
 
-def test_bits_that_differ_only_where_vllm_computes_a_loaded_prompt_apart_match_its_split_reference():
+MOVED = [step(7, -1.0000001, t9=-2.0), *BASE[1:]]  # vLLM's own bits for the prompt computed apart (AMX)
+
+
+def cache_hit(steps: list[dict], hits: int = 32) -> EngineRun:
+    """A prefix-cache reference's run: its request hit ``hits`` tokens of vLLM's own prefix cache."""
+    reference = run(steps)
+    reference.result["requests"][0]["num_cached_tokens"] = hits
+    return reference
+
+
+def test_bits_that_differ_only_where_vllm_computes_a_loaded_prompt_apart_match_vllms_own_reference():
     """A load of 32 tokens has vLLM compute the other 8 alone; where that changes vLLM's own bits (AMX),
-    the prompt is held to vLLM prefilling 32 tokens then 8, and bit for bit."""
-    moved = [step(7, -1.0000001, t9=-2.0), *BASE[1:]]
+    the prompt is held, bit for bit, to vLLM's own output with those 32 tokens in its prefix cache
+    (or prefilled apart): the computation a load has it do."""
     asked = []
 
-    def split(cached: int) -> EngineRun:
-        asked.append(cached)
-        return run(moved)
+    def references(cached: int, prompt_len: int) -> list[Reference]:
+        asked.append((cached, prompt_len))
+        return [Reference("vLLM's prefix cache", cache_hit(MOVED), from_cache=True),
+                Reference("vLLM's split", run(BASE), from_cache=False)]
 
-    assert compare_runs(run(moved), run(BASE), "b", split=split) == [] and asked == [32]
-    wrong = [step(7, -1.01, t9=-2.0), *BASE[1:]]  # other bits than vLLM's own split too: a Fail
-    (problem,) = compare_runs(run(wrong), run(BASE), "b", split=split)
-    assert "nor is it vLLM's own output with the first 32 tokens computed apart" in problem
-    (unrun,) = compare_runs(run(wrong), run(BASE), "b", split=lambda cached: None)
-    assert "could not be run here" in unrun
+    assert compare_runs(run(MOVED), run(BASE), "b", references=references) == [] and asked == [(32, 40)]
+    wrong = [step(7, -1.01, t9=-2.0), *BASE[1:]]  # other bits than every reference too: a Fail
+    (problem,) = compare_runs(run(wrong), run(BASE), "b", references=references)
+    assert "nor is it vLLM's prefix cache or vLLM's split" in problem
+    unrun = [Reference("vLLM's prefix cache", None, from_cache=True)]
+    (problem,) = compare_runs(run(wrong), run(BASE), "b", references=lambda n, length: unrun)
+    assert "(vLLM's prefix cache could not be run here)" in problem
     # Equal bits ask for no reference; within a tolerance none is asked either.
     asked.clear()
-    assert compare_runs(run(BASE), run(BASE), "b", split=split) == [] and asked == []
-    assert compare_runs(run(moved), run(BASE), "b", TOL, split=split) == [] and asked == []
+    assert compare_runs(run(BASE), run(BASE), "b", references=references) == [] and asked == []
+    assert compare_runs(run(MOVED), run(BASE), "b", TOL, references=references) == [] and asked == []
 
 
-def test_a_split_reference_is_asked_only_where_one_chunk_is_the_loads_computation():
-    """Chunks of N give a prompt N tokens then the rest only where the rest is at most N; nothing
-    loaded (N = 0) is compared to the one-pass baseline alone."""
-    moved = [step(7, -1.0000001, t9=-2.0), *BASE[1:]]
-    for prompt_len, cached in ((80, 32), (40, 0)):
-        got = run(moved)
-        got.result["requests"][0].update(prompt_len=prompt_len, num_cached_tokens=cached)
-        assert len(compare_runs(got, run(BASE), "b", split=lambda n: run(moved))) == 1
+def test_a_prefix_cache_reference_that_missed_vllms_cache_is_no_reference():
+    """Its request must have hit exactly the tokens the load skipped: otherwise vLLM computed
+    something else, and equal bits would prove nothing."""
+    for hits in (0, 64):
+        refs = [Reference("vLLM's prefix cache", cache_hit(MOVED, hits), from_cache=True)]
+        (problem,) = compare_runs(run(MOVED), run(BASE), "b", references=lambda n, length: refs)
+        assert "could not be run here" in problem
+
+
+def test_vllms_own_references_are_asked_for_what_vllm_can_skip(tmp_path):
+    """A prefix-cache hit is a whole number of blocks; chunks of N give a prompt N tokens then the
+    rest only where the rest is at most N; nothing loaded (N = 0) is held to the baseline alone."""
+    cell = object.__new__(EngineCell)
+    cell.block_size, cell.runs = 32, {}
+    launched = []
+    cell._roles = lambda: {"baseline": lambda: {"batches": []}}
+    cell._launch = lambda spec, name, shared: launched.append((name, spec)) or EngineRun(name, True, {})
+    kinds = {args: [r.from_cache for r in cell.references(EngineRun("baseline", True, {}), *args)]
+             for args in ((32, 40), (32, 80), (63, 64), (33, 80))}
+    assert kinds == {(32, 40): [True, False], (32, 80): [True], (63, 64): [False], (33, 80): []}
+    assert [(name, spec.get("cached_prefix"), spec.get("prefill_chunk")) for name, spec in launched] == [
+        ("baseline_cached_32", 32, None), ("baseline_split_at_32", None, 32), ("baseline_split_at_63", None, 63)]
+    got = run(MOVED)
+    got.result["requests"][0].update(prompt_len=40, num_cached_tokens=0)
+    assert len(compare_runs(got, run(BASE), "b", references=lambda n, length: [])) == 1
 
 
 def test_a_pd_consumer_that_loaded_a_whole_prompt_is_held_to_vllm_computing_its_last_token_apart():
     """vLLM reports no cached tokens for a P/D consumer's remote prefill: its external hits, counted for
     the request alone, say what it loaded, and a whole prompt still has its last token computed."""
-    moved = [step(7, -1.0000001, t9=-2.0), *BASE[1:]]
-    got = run(moved)
+    got = run(MOVED)
     got.result["requests"][0].update(num_cached_tokens=0, counters_delta={"external_prefix_cache_hits": 40.0})
     asked = []
-    assert compare_runs(got, run(BASE), "b", split=lambda n: asked.append(n) or run(moved)) == [] and asked == [39]
+    split = [Reference("vLLM's split", run(MOVED), from_cache=False)]
+    assert compare_runs(got, run(BASE), "b", references=lambda n, length: asked.append(n) or split) == []
+    assert asked == [39]
 
 
 def test_nan_is_never_within_tolerance():

@@ -352,3 +352,18 @@ def test_a_connector_that_hangs_on_load_costs_one_engine_deadline(run_suite):
     assert others and all(any(f"engine {role} of this cell, with the same connector, was killed" in m
                               for role in waited) for m in others), errors
     assert not {t["clause"] for t in run.results["tests"] if t["status"] == "Fail"}, errors
+
+
+def test_a_prefix_cache_reference_has_vllm_skip_exactly_the_tokens_a_load_skips(tmp_path):
+    """The reference a loaded prompt is held to where the CPU's bits depend on what was computed with
+    it (cell.EngineCell.references): vLLM itself, its prefix cache holding exactly the prompt's first
+    N tokens when the prompt is asked; a prompt no longer than N is asked as it is."""
+    from conformance.levels.engine.launch import run_engine
+    from conformance.levels.engine.models import materialise
+
+    prompts = [list(range(10, 10 + n)) for n in (70, 64, 20)]
+    spec = {"model": str(materialise("qwen3-tiny")), "kv_cache_dtype": "auto", "block_size": 32, "torch_threads": 1,
+            "max_tokens": 2, "cached_prefix": 64, "batches": [{"name": "b", "prompts": prompts}]}
+    run = run_engine(spec, tmp_path, "reference", timeout_s=600, python=ENGINE_PYTHON)
+    assert run.ok, run.describe_failure()
+    assert [r["num_cached_tokens"] for r in run.requests("b")] == [64, 0, 0]
