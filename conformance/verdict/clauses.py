@@ -99,7 +99,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("api_partial_prefix", _CONNECTOR,
            "a request sharing only the first k tokens of a stored prompt loads at most k tokens, and "
            "exactly their bytes",
-           requires=_ACROSS, lossless=True),
+           requires=_ACROSS, lossless=True, needs_load=True),
     Clause("api_concurrent_loads", _CONNECTOR,
            "requests the scheduler admits in one step, saved together and loaded together, each "
            "load exactly their own bytes: none is skipped, and none is handed a batch-mate's KV",
@@ -120,7 +120,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "connector loads nothing, or reports the damaged blocks as failed loads "
            "(get_block_ids_with_load_errors, so vLLM recomputes or fails the request per "
            "kv_load_failure_policy): never other bytes, never an exception that kills the worker",
-           requires=_ACROSS, lossless=True),
+           requires=_ACROSS, lossless=True, needs_load=True),
     Clause("api_format_isolation", _CONNECTOR,
            "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
            "same storage loads nothing or reports the load failed: never the other format's bytes",
@@ -189,7 +189,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "with each stored file cut short (its last byte gone), the connector loads nothing or reports "
            "the blocks it could not read (get_block_ids_with_load_errors, in the step of the load): it "
            "never raises (the worker dies) and never claims tokens whose bytes it did not read",
-           requires=_ACROSS, lossless=True),
+           requires=_ACROSS, lossless=True, needs_load=True),
     Clause("api_pd_roundtrip", _CONNECTOR,
            "a consumer connector pair (kv_consumer) handed, per request, the kv_transfer_params the "
            "producer's request_finished returned loads into its own blocks, byte for byte, every layer of "
@@ -263,6 +263,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "prompts one short of, at, and one past block multiples, and a prompt extending a "
            "stored prefix, load bit-identically",
            requires=_ACROSS, needs_load=True),
+    Clause("engine_shared_prefix", _ENGINE,
+           "conversations that share a 773-token system prompt and differ after it, stored by one engine, are "
+           "served by a fresh engine as the no-connector baseline serves them (bits): the first loaded whole, the "
+           "others with vLLM's own prefix cache holding the shared part and the connector asked only for the "
+           "rest (local and external hits in one request)",
+           requires=_ACROSS, needs_load=True),
     Clause("engine_concurrent_requests", _ENGINE,
            "concurrent requests with shared and distinct prefixes load correctly: the same tokens, "
            "logprobs within the measured batch-composition tolerance (vLLM is not batch-invariant)",
@@ -271,12 +277,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "with the storage lost or truncated between store and load, the engine (vLLM's default "
            "kv_load_failure_policy) never returns wrong tokens: each request matches the baseline or "
            "is failed with finish_reason 'error'",
-           requires=_ACROSS),
+           requires=_ACROSS, needs_load=True),
     Clause("engine_load_failure_recompute", _ENGINE,
            "with the storage lost or truncated and kv_load_failure_policy=recompute, the engine "
            "survives and serves every request as the baseline does: the connector missed, or reported "
            "the blocks it could not load so vLLM recomputed them; an engine the connector kills fails",
-           requires=_ACROSS),
+           requires=_ACROSS, needs_load=True),
 )}
 assert CLAUSES, "no clauses defined"  # sanity check
 
@@ -290,7 +296,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "api_save_load_roundtrip", "api_same_engine_roundtrip", "api_no_collateral_writes", "api_partial_prefix",
         "api_concurrent_loads", "api_shared_prefix", "api_mixed_hits", "api_pd_roundtrip",
         "engine_store_then_load", "engine_same_engine_reload", "engine_pd_roundtrip", "engine_hma_groups",
-        "engine_effective_dtype", "engine_block_boundaries", "engine_concurrent_requests"),
+        "engine_effective_dtype", "engine_block_boundaries", "engine_shared_prefix", "engine_concurrent_requests"),
     "format isolation": (
         "format_isolation", "mismatch_rejection", "api_format_isolation", "api_pd_format_isolation",
         "engine_format_isolation"),

@@ -31,7 +31,7 @@ from conformance.levels.connector.scenarios import (
     unique_prompts,
 )
 from conformance.verdict.asserts import ClauseViolation
-from conformance.verdict.clauses import clause, count_examples
+from conformance.verdict.clauses import clause, count_examples, running
 from conformance.verdict.profiles import costly_example_settings
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
@@ -53,16 +53,33 @@ def _draw_case(data: st.DataObject, api, *, dtypes=(), min_len: int = 1, min_nei
 
 
 def _store_and_load(api, fills, *, block_size, layout, stored, load, dtype, load_dtype=None,
-                    neighbour) -> tuple[Run, Run]:
+                    neighbour, control=False) -> tuple[Run, Run]:
     """A store run of ``stored``, then a load run of ``neighbour`` and ``load`` over the same storage;
-    ``fills`` write each run's caches."""
+    ``fills`` write each run's caches. ``control``: where ``load`` loaded nothing, ``stored`` itself
+    is asked for too, until once in the clause it loads (``_control_load``)."""
     load_dtype = load_dtype or dtype
     storage = f"example-{uuid.uuid4().hex[:12]}"
     store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=[("stored", stored)],
                     fill=fills[0], storage=storage)
     loaded = api.run(kv_cache_dtype=load_dtype, layout=layout, block_size=block_size,
                      requests=[("neighbour", neighbour), ("load", load)], fill=fills[1], storage=storage)
+    if control and not loaded.external_tokens.get("load"):
+        _control_load(api, dtype=dtype, layout=layout, block_size=block_size, prompt=stored, storage=storage,
+                      fill=fills[1])
     return store, loaded
+
+
+def _control_load(api, *, dtype, layout, block_size, prompt, storage, fill) -> None:
+    """The stored prompt asked for again over storage as it was stored, once per clause until it
+    loads: a clause about what a load does where it must not (or cannot) load whole, a prefix
+    another prompt shares or storage the suite damaged, compares something only where an intact
+    load does. A connector that loads nothing here leaves the clause Not exercised (the harness
+    counts what each run loads), never a Pass."""
+    test = running()
+    if test is not None and test.loaded:
+        return
+    api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=[("control", prompt)],
+            fill=fill, storage=storage)
 
 
 def _drawn_fills(data: st.DataObject, dtype: str, load_dtype: str | None = None):
@@ -270,7 +287,7 @@ def test_partial_prefix(connector_api, data):
     with _connector_faults_fail(cid):
         store, load = _store_and_load(connector_api, _drawn_fills(data, dtype), block_size=block_size,
                                       layout=layout, stored=ps.stored, load=partial, dtype=dtype,
-                                      neighbour=ps.neighbour)
+                                      neighbour=ps.neighbour, control=True)
     n = load.external_tokens.get("load", 0)
     what = f"{k} of {len(ps.stored)} tokens shared, {n} loaded"
     if n > k:
@@ -321,6 +338,8 @@ def _stored_then_damaged(api, cid: str, dtype: str, how: str, *, seeds: tuple[in
     with _connector_faults_fail(cid):
         store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
                         requests=[("stored", ps.stored)], fill=seeded_fill(seeds[1]), storage=storage)
+        _control_load(api, dtype=dtype, layout=layout, block_size=block_size, prompt=ps.stored, storage=storage,
+                      fill=seeded_fill(seeds[2]))
     try:
         done = api.damage(storage, how)
     except NotImplementedError as exc:

@@ -71,7 +71,16 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
         # Adapters the other way: prompts stored under the LoRA adapter, asked for by the base model.
         "adapter_stored": {"name": "adapter_stored", "prompts": (adapter := [tokens(2 * bs + 7)]), "lora": True},
         "base_on_adapter": {"name": "base_on_adapter", "prompts": adapter},
+        # Conversations after one long system prompt (drawn last, as above), one by one: a fresh engine
+        # loads the first; for the others vLLM's own prefix cache holds the system prompt (and the
+        # first conversation) and the connector is asked only for the rest (local and external hits).
+        "system": {"name": "system", "prompts": _conversations(tokens(SYSTEM_TOKENS), tokens)},
     }
+
+
+def _conversations(system: list[int], tokens: Callable[[int], list[int]]) -> list[list[int]]:
+    first = system + tokens(41)
+    return [first, system + tokens(97), first + tokens(40)]
 
 
 def _tenant_batches(prompts: list[list[int]]) -> dict[str, dict[str, Any]]:
@@ -80,6 +89,9 @@ def _tenant_batches(prompts: list[list[int]]) -> dict[str, dict[str, Any]]:
             "other_tenant": {"name": "other_tenant", "prompts": prompts, "cache_salt": THIRD_SALT}}
 
 
+# A system prompt as long as the tiny models' 1024 positions leave room for three conversations after
+# (whatever the block size): longer shared prefixes are the connector level's (api_shared_prefix).
+SYSTEM_TOKENS = 773
 SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch (and of "tenant")
 THIRD_SALT = "kvconform-third-tenant"  # "tenant"'s prompts asked for by yet another tenant
 REUSED_BLOCKS = 5  # the blocks of each "reused" prompt; its store engine has one usable block more
@@ -88,6 +100,9 @@ AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over stora
 SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
 LORA = "lora"  # the same with LoRA enabled: stores for the base model, then asks under an adapter
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
+# Conversations after one system prompt, stored and asked for by an engine pair of their own: a
+# connector that mishandles vLLM's own hits (which may kill the engine) fails engine_shared_prefix alone.
+PREFIX_ROLES = ("prefix_store", "prefix_load")
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
 COLD_ROLES = (SAME_ENGINE, "store", LORA, "reuse_store")  # the first engine over its (empty) storage
 # Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
@@ -96,7 +111,7 @@ COLD_ROLES = (SAME_ENGINE, "store", LORA, "reuse_store")  # the first engine ove
 # waits for another's; the cross-engine roles (store, load, the format twin, after a loss) share ACROSS.
 ACROSS = ""
 WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", **dict.fromkeys(PD_ROLES, "pd"),
-          **dict.fromkeys(REUSE_ROLES, "reuse")}
+          **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix")}
 
 
 def world_of(role: str) -> str:
@@ -106,7 +121,7 @@ def world_of(role: str) -> str:
 # The engines that read what another engine stored (or was handed: the P/D consumer), which in
 # production is a separately started process: they run in an interpreter of their own, started with
 # another hash seed than the cell's other engines (``separate``: another host, or fresh processes).
-SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "consumer")
+SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "prefix_load", "consumer")
 
 
 def side_of(role: str) -> str:
@@ -127,7 +142,7 @@ CACHED_AT = "_cached_"  # a baseline's engine with each prompt's first tokens in
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
 # before, on first use.
 SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
-               "engine_block_reuse": REUSE_ROLES}
+               "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES}
 # Every engine computes on one thread, as vLLM means its CPU engines to serve ("no steady-state CPU op
 # benefits from intra-op parallelism"; 0.32's worker blocks its own reduction to one): one thread count
 # for every engine a baseline is compared with, and two lanes' engines on two cores do not spin against
@@ -297,7 +312,7 @@ class EngineCell:
             return role if connected else None
 
         return {
-            "baseline": lambda: self._spec(dtype, None, [*load, "after_abort", "reused"]),
+            "baseline": lambda: self._spec(dtype, None, [*load, "after_abort", "reused", "system"]),
             SAME_ENGINE: lambda: self._spec(dtype, using(SAME_ENGINE), [*STORED, "aborted", "tenant"],
                                             reload=[*load, "salted", "untenanted", "other_tenant", "after_abort"]),
             LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries", "adapter_stored"],
@@ -315,6 +330,8 @@ class EngineCell:
                                     "num_blocks": REUSED_BLOCKS + 2,
                                     "max_model_len": (REUSED_BLOCKS + 1) * self.block_size},
             "reuse_load": lambda: self._spec(dtype, "reuse_load", ["reused"]),
+            "prefix_store": lambda: self._spec(dtype, using("prefix_store"), ["system"]),
+            "prefix_load": lambda: self._spec(dtype, "prefix_load", ["system"]),
         }
 
     def tolerance(self, baseline: EngineRun, batch: str) -> Tolerance | None:
@@ -363,7 +380,7 @@ class EngineCell:
     def _start(self, role: str) -> EngineRun:
         intact = ["store", "load", "twin_load"]
         needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact,
-                 "reuse_load": ["reuse_store"]}
+                 "reuse_load": ["reuse_store"], "prefix_load": ["prefix_store"]}
         for dep in needs.get(role, []):
             try:
                 self.run(dep)
@@ -616,12 +633,16 @@ def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Toleran
     return problems
 
 
+def external_hits_of(request: dict[str, Any]) -> int:
+    """The external prefix-cache hits vLLM counted for a request served alone."""
+    return int((request.get("counters_delta") or {}).get("external_prefix_cache_hits", 0))
+
+
 def not_computed(request: dict[str, Any]) -> int:
     """The prompt tokens vLLM did not compute for a request served alone: its prefix-cache hits, or,
     where vLLM reports none (a P/D consumer's remote prefill), the external hits counted for it; a
     prompt loaded whole still has vLLM compute its last token."""
-    hits = request["num_cached_tokens"] or (request.get("counters_delta") or {}).get("external_prefix_cache_hits", 0)
-    return min(int(hits), request["prompt_len"] - 1)
+    return min(request["num_cached_tokens"] or external_hits_of(request), request["prompt_len"] - 1)
 
 
 def bits_differ(got: dict[str, Any], want: dict[str, Any]) -> str | None:

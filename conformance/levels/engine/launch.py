@@ -50,7 +50,18 @@ class EngineRun:
         return replace(self, result={**self.result, "requests": records})
 
     def describe_failure(self) -> str:
-        return f"engine {self.role}: {self.error}\n--- log tail ---\n{self.log_tail}"
+        """The error, where it was raised (the last frames of the traceback the child saved: an
+        ``AssertionError`` says nothing by itself), and the log's tail."""
+        frames = last_frames(self.result.get("traceback") or "")
+        raised = f"\n--- raised at ---\n{frames}" if frames else ""
+        return f"engine {self.role}: {self.error}{raised}\n--- log tail ---\n{self.log_tail}"
+
+
+def last_frames(traceback: str, frames: int = 2) -> str:
+    """The last ``frames`` frames of a formatted traceback (file, line, code), without the caret lines."""
+    lines = [line for line in traceback.rstrip().splitlines() if line.strip() and set(line.strip()) - set("^~")]
+    starts = [i for i, line in enumerate(lines) if line.lstrip().startswith('File "')]
+    return "\n".join(lines[starts[-frames]:]).strip() if starts else ""
 
 
 def run_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s: float,

@@ -21,14 +21,16 @@ from conformance.levels.engine.cell import (
     SALT,
     SAME_ENGINE,
     STORED,
+    SYSTEM_TOKENS,
     THIRD_SALT,
     NotRunnable,
     compare_runs,
     external_hits,
+    external_hits_of,
 )
 from conformance.levels.subject import cannot_run_here, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
-from conformance.verdict.clauses import clause, count_load
+from conformance.verdict.clauses import clause, count_load, observe
 from conformance.verdict.guard import HarnessError
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
@@ -293,6 +295,19 @@ def test_engine_block_boundaries(cell):
     base, load = _stored_then_loaded(cell, "engine_block_boundaries")
     _identical(cell, load, base, ["boundaries", "extends"], "engine_block_boundaries",
                f"with block size {cell.block_size}, engine B")
+
+
+@clause("engine_shared_prefix")
+def test_engine_shared_prefix(cell):
+    cid = "engine_shared_prefix"
+    base = _baseline(cell)
+    _connector_run(cell, "prefix_store", cid)
+    load = _connector_run(cell, "prefix_load", cid)
+    mixed = sum(0 < external_hits_of(r) < r["num_cached_tokens"] for r in load.requests("system"))
+    _identical(cell, load, base, ["system"], cid,
+               f"with conversations after a {SYSTEM_TOKENS}-token system prompt, engine B ({mixed} request(s) with "
+               "local and external hits)")
+    observe(f"{mixed} of {len(load.requests('system'))} conversations had local and external hits in one request")
 
 
 @clause("engine_concurrent_requests")

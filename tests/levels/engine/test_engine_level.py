@@ -26,7 +26,7 @@ FP8_NOT_HERE = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
 # concurrent batch's tolerance widest), else the model's own.
 ZOO_DTYPE = "fp8_e5m2" if FP8_KV_RUNS_HERE else "auto"
 PASSING = {"engine_same_engine_reload", "engine_store_then_load", "engine_effective_dtype",
-           "engine_block_boundaries", "engine_concurrent_requests", "engine_lost_storage", "engine_abort",
+           "engine_block_boundaries", "engine_shared_prefix", "engine_concurrent_requests", "engine_lost_storage", "engine_abort",
            "engine_block_reuse"}
 ACROSS = {c.id for c in CLAUSES.values() if c.level == "engine" and "persistent" in c.requires}
 PD = {c.id for c in CLAUSES.values() if c.level == "engine" and "pd" in c.requires}
@@ -367,3 +367,15 @@ def test_a_prefix_cache_reference_has_vllm_skip_exactly_the_tokens_a_load_skips(
     run = run_engine(spec, tmp_path, "reference", timeout_s=600, python=ENGINE_PYTHON)
     assert run.ok, run.describe_failure()
     assert [r["num_cached_tokens"] for r in run.requests("b")] == [64, 0, 0]
+
+
+def test_a_connector_that_claims_vllms_own_hits_again_is_flagged_by_the_shared_system_prompt(run_suite):
+    """Conversations after one system prompt, in a fresh engine: vLLM's own prefix cache holds the
+    shared part from the first, and a connector that claims it again (ignoring num_computed_tokens)
+    has vLLM's scheduler count more tokens computed than the prompt has; the failure says where vLLM
+    raised (its assertion has no message). A prompt extending one asked before it fails the same way."""
+    run = engine_suite(run_suite, "conformance.zoo.connectors.over_claiming:OverClaimingConnector", "auto",
+                       "-k", "shared_prefix or block_boundaries")
+    assert run.statuses() == {"engine_shared_prefix": "Fail", "engine_block_boundaries": "Fail"}, run.output[-4000:]
+    (test,) = [t for t in run.results["tests"] if t["clause"] == "engine_shared_prefix"]
+    assert "engine prefix_load" in test["message"] and "num_computed_tokens <=" in test["message"], test["message"]

@@ -222,3 +222,17 @@ def test_a_host_handed_for_another_python_or_declined_is_not_adopted_and_ends(fa
     assert handover.adopt(python, accept=accept) is None
     ahead.finish()
     assert ahead.proc.returncode != -9  # it left by itself (its pipes closed), not killed at the grace's end
+
+
+def test_an_engine_that_raised_a_bare_assertion_says_where():
+    """vLLM's scheduler asserts with no message; the failure quotes where, from the child's traceback."""
+    from conformance.levels.engine.launch import EngineRun
+
+    traceback = ('Traceback (most recent call last):\n  File "/x/core.py", line 667, in step\n'
+                 '    out = self.scheduler.schedule()\n          ^^^^^^^^^^^^^^\n  File "/x/scheduler.py", line 1048, '
+                 'in schedule\n    assert num_computed_tokens <= request.num_tokens\n           ^^^^^^^^^^^^^^\n'
+                 'AssertionError\n')
+    said = EngineRun("load", False, {"traceback": traceback}, error="AssertionError: ").describe_failure()
+    assert "line 1048, in schedule\n    assert num_computed_tokens <= request.num_tokens\nAssertionError" in said
+    assert "^^^" not in said
+    assert "raised at" not in EngineRun("load", False, error="boom").describe_failure()
