@@ -39,3 +39,23 @@ def test_readme_explains_every_clause():
 def test_unknown_clause_id_is_rejected():
     with pytest.raises(ValueError, match="clause 'byte_exact' is unknown; valid: byte_exact_roundtrip"):
         clause("byte_exact")
+
+
+# Clauses of the groups about what a load does that are exercised without one, each with why.
+EXERCISED_WITHOUT_A_LOAD = {
+    "api_no_collateral_writes": "it judges what a save writes into the paged cache too (nothing), load or not",
+    "engine_effective_dtype": "it reads the KV dtype vLLM resolved in every connector engine",
+    "engine_hma_groups": "it reads the KV cache groups vLLM built in every connector engine",
+    "api_pd_format_isolation": "a P/D consumer's load is api_pd_roundtrip's to show; this judges the handover",
+    "api_pd_lost_peer": "a P/D consumer's load is api_pd_roundtrip's to show; this judges a lost producer",
+}
+ABOUT_LOADS = ("loads correctly", "format isolation", "damaged or lost storage")
+
+
+def test_a_clause_about_what_a_load_does_is_not_exercised_where_nothing_loaded():
+    """No vacuous Pass: every connector- or engine-level clause whose group asks what a load does
+    compares loaded KV (or a control load of the intact storage) before it can pass."""
+    from conformance.verdict.clauses import GROUP_OF
+
+    about_loads = {c.id for c in CLAUSES.values() if c.level != "store" and GROUP_OF[c.id] in ABOUT_LOADS}
+    assert {c for c in about_loads if not CLAUSES[c].needs_load} == set(EXERCISED_WITHOUT_A_LOAD)

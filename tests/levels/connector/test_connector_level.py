@@ -124,7 +124,10 @@ EXPECTED = {
 NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_lora_isolation",
                                                "api_prompt_embeds", "api_chunked_prefill", "api_preemption",
                                                "api_save_before_free", "api_format_isolation", "api_shared_prefix",
-                                               "api_mixed_hits"},
+                                               "api_mixed_hits",
+                                               # nor what a load does with damage or a shared prefix
+                                               "api_damaged_storage", "api_load_errors_reported",
+                                               "api_partial_prefix"},
                  # A 4 MiB cache holds one conversation of a 1k-token system prompt (2 MiB) at a time, and
                  # each is asked for again just after its LRU eviction: a miss every time, never a load.
                  GOOD + "bounded:BoundedConnector": {"api_shared_prefix"}}

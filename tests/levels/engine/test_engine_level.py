@@ -26,7 +26,7 @@ FP8_NOT_HERE = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
 # concurrent batch's tolerance widest), else the model's own.
 ZOO_DTYPE = "fp8_e5m2" if FP8_KV_RUNS_HERE else "auto"
 PASSING = {"engine_same_engine_reload", "engine_store_then_load", "engine_effective_dtype",
-           "engine_block_boundaries", "engine_shared_prefix", "engine_concurrent_requests", "engine_lost_storage", "engine_abort",
+           "engine_block_boundaries", "engine_shared_prefix", "engine_concurrent_requests", "engine_abort",
            "engine_block_reuse"}
 ACROSS = {c.id for c in CLAUSES.values() if c.level == "engine" and "persistent" in c.requires}
 PD = {c.id for c in CLAUSES.values() if c.level == "engine" and "pd" in c.requires}
@@ -66,6 +66,9 @@ def test_example_connector(run_suite, dtype):
     assert statuses["engine_format_isolation"] == "Fail"
     (iso,) = [t for t in run.results["tests"] if t["clause"] == "engine_format_isolation"]
     symptom = "was served" if dtype.startswith("fp8") else "crashed instead of missing"
+    # Its engine over truncated files dies before serving a request (below): no output compared.
+    (lost,) = [t for t in run.results["tests"] if t["clause"] == "engine_lost_storage"]
+    assert lost["status"] == "Not exercised" and "died before serving a request" in lost["message"], lost
     assert symptom in iso["message"] and "[engine_format_isolation]" in iso["message"], iso["message"]
     # A truncated file makes it raise (safetensors) instead of reporting the blocks: the engine dies
     # whatever kv_load_failure_policy says.
@@ -92,7 +95,7 @@ def test_lmcache_mp_connector_with_its_real_server(run_suite, dtype):
     # baseline's; compared as bits, that once failed a clause in CI in four runs (a decode step 3
     # bits off, no connector needed: benchmarks/batch_composition_noise.py). Now within tolerance.
     # A restarted server has lost its store: the load misses and vLLM recomputes, under either policy.
-    survives = PASSING | {"engine_load_failure_recompute", "engine_cache_salt"}
+    survives = PASSING | {"engine_lost_storage", "engine_load_failure_recompute", "engine_cache_salt"}
     assert {c for c in survives if statuses.get(c) != "Pass"} == set(), run.output[-4000:]
     # Its key takes the cache_salt but not the LoRA adapter (LMCache's adapter takes no LoRA id).
     assert statuses["engine_lora_isolation"] == "Fail", run.output[-4000:]
@@ -379,3 +382,12 @@ def test_a_connector_that_claims_vllms_own_hits_again_is_flagged_by_the_shared_s
     assert run.statuses() == {"engine_shared_prefix": "Fail", "engine_block_boundaries": "Fail"}, run.output[-4000:]
     (test,) = [t for t in run.results["tests"] if t["clause"] == "engine_shared_prefix"]
     assert "engine prefix_load" in test["message"] and "num_computed_tokens <=" in test["message"], test["message"]
+
+
+def test_a_connector_that_refuses_the_other_format_cleanly_passes_format_isolation(run_suite):
+    """It finds the prompt stored in the twin format (its key is token ids alone, as
+    ExampleConnector's), then reports the blocks as failed loads: vLLM fails those requests, a clean
+    refusal and no KV served, where ExampleConnector, without the check, fails the clause."""
+    run = engine_suite(run_suite, "conformance.zoo.good.format_refusing:FormatRefusingConnector", ZOO_DTYPE,
+                       "-k", "format_isolation or store_then_load")
+    assert run.statuses() == {"engine_format_isolation": "Pass", "engine_store_then_load": "Pass"}, run.output[-4000:]
