@@ -169,7 +169,7 @@ class Recorder:
             nodeid=report.nodeid, clause=props["kvconform.clause"], status=props["kvconform.status"],
             duration_s=round(report.duration, 4), examples=int(props.get("kvconform.examples", 0)),
             message=props.get("kvconform.message")
-            or (_message(report) if (report.failed or report.skipped) else "")))
+            or (_message(report).removeprefix("Skipped: ") if (report.failed or report.skipped) else "")))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.records:

@@ -27,7 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
+
 from conformance.verdict.guard import HarnessError, StoreTimeout
+
+_OUTCOMES = (pytest.skip.Exception,)  # pytest's own outcomes: verdicts, not crashes
 
 LOG_TAIL_LINES = 15
 FAULT_LINES = 8  # of faulthandler's report of a fatal signal
@@ -107,7 +111,8 @@ def call_forked(call: Callable[..., Any], *args: Any, name: str, deadline_s: flo
         kind, payload, child_traceback = _load(result)
         result.unlink()
         if kind == "raised":
-            if child_traceback and hasattr(payload, "add_note"):
+            # A skip is a verdict the test reached (Not runnable, Disabled, ...), said in its own words.
+            if child_traceback and hasattr(payload, "add_note") and not isinstance(payload, _OUTCOMES):
                 payload.add_note(f"raised in the supervised child process:\n{child_traceback}")
             return Outcome(exc=payload)
         return Outcome(value=payload)

