@@ -318,7 +318,7 @@ class EngineCell:
             LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries", "adapter_stored"],
                                         reload=["adapted", "base_on_adapter", "boundaries"]),
                            "lora_adapter": str(self.workdir / "lora-adapter")},
-            "store": lambda: self._spec(dtype, using("store"), STORED),
+            "store": lambda: {**self._spec(dtype, using("store"), STORED), "drain": True},
             "load": lambda: self._spec(dtype, "load", load),
             "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),
             "twin_load": lambda: self._spec(self.twin_dtype, "twin_load", load),
@@ -326,11 +326,11 @@ class EngineCell:
             "after_loss_recompute": lambda: self._spec(dtype, "after_loss_recompute", load, "recompute"),
             # A cache of one usable block more than a "reused" prompt takes (vLLM's null block besides),
             # each request ending in its prefill step: the next one is given the blocks it gave back.
-            "reuse_store": lambda: {**self._spec(dtype, using("reuse_store"), ["reused"]), "max_tokens": 1,
+            "reuse_store": lambda: {**self._spec(dtype, using("reuse_store"), ["reused"]), "max_tokens": 1, "drain": True,
                                     "num_blocks": REUSED_BLOCKS + 2,
                                     "max_model_len": (REUSED_BLOCKS + 1) * self.block_size},
             "reuse_load": lambda: self._spec(dtype, "reuse_load", ["reused"]),
-            "prefix_store": lambda: self._spec(dtype, using("prefix_store"), ["system"]),
+            "prefix_store": lambda: {**self._spec(dtype, using("prefix_store"), ["system"]), "drain": True},
             "prefix_load": lambda: self._spec(dtype, "prefix_load", ["system"]),
         }
 

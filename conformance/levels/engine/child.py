@@ -9,7 +9,9 @@ SPEC: ``model``, ``kv_cache_dtype``, ``block_size``, ``max_model_len``, ``kv_cac
 ``torch_threads`` (torch's intra-op threads, set before the engine is built), ``prefill_chunk`` (vLLM's
 ``max_num_batched_tokens``: each prompt prefilled in chunks of that many tokens), ``cached_prefix``
 (N: before each prompt or batch, the prefix cache is reset and each longer prompt's first N tokens
-served, so vLLM's own prefix cache holds exactly them when the prompt is asked),
+served, so vLLM's own prefix cache holds exactly them when the prompt is asked), ``drain`` (after
+the batches, step until every block is back: the saves a later engine reads are reported; ``drained``
+in the result says whether they were within ``DRAIN_S``),
 ``connector`` (KVTransferConfig kwargs or null), ``max_tokens``, ``logprobs`` and ``batches``:
 ``[{"name", "prompts": [[token ids]], "together": bool, "phase": int, "cache_salt": str,
 "kv_transfer_params": [one dict per prompt], "abort_after_steps": int}]``; a batch ``together`` is
@@ -249,6 +251,10 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
                 records.append(_record(out, batch["name"], idx, g, delta, phase))
                 idx += 1
         timings[f"{batch['name']}@{phase}" if phase else batch["name"]] = round(time.perf_counter() - t, 3)
+    if spec.get("drain"):  # what it stored is read by a later engine: let its saves finish first
+        # A served engine keeps stepping while finished requests wait for their saves to be reported
+        # (Scheduler.has_requests); LLM.generate stops at the last output. Step until every block is back.
+        result["drained"] = _reset_prefix_cache(llm, DRAIN_S)
     result["requests"] = records
     result["prefix_cache_resets"] = resets
     result["t_batches_s"] = timings
@@ -274,6 +280,7 @@ def _cache_prefixes(llm: Any, prompts: list[Any], cached: int, salt: dict[str, s
 
 
 LORA_RANK = 8
+DRAIN_S = 60.0  # how long a storing engine steps after its last batch for its saves to be reported
 
 
 def _lora_adapter(model: str, out: str) -> Any:

@@ -28,6 +28,7 @@ from conformance.levels.engine.cell import (
     external_hits,
     external_hits_of,
 )
+from conformance.levels.engine.child import DRAIN_S
 from conformance.levels.subject import cannot_run_here, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
@@ -125,6 +126,18 @@ def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
     if problems:
         raise ClauseViolation(clause_id, f"{what} differs from the no-connector baseline in "
                                          f"{len(problems)} request(s): " + "; ".join(problems[:3]))
+
+
+def _why_nothing_loaded(cell) -> str:
+    """What the suite saw of engine A when engine B loaded nothing: saves still unreported when its
+    steps ran out, or every block back and still nothing found."""
+    store = cell.run("store").result
+    if store.get("drained") is False:
+        return (f"engine A still held blocks {DRAIN_S:g}s after its last request, stepping with nothing else to "
+                f"do: {cell.connector.label}'s saves were never reported in finished_sending (request_finished "
+                "returned True), so engine B started before they were done, and vLLM never frees those blocks")
+    return (f"engine A stepped until every block was back (its saves reported), and {cell.connector.label} "
+            "found none of those prompts for engine B: it saved nothing it could find again")
 
 
 def _stored_then_loaded(cell, clause_id):
@@ -225,7 +238,7 @@ def test_engine_store_then_load(cell):
     if hits <= 0:
         raise ClauseViolation("engine_store_then_load", (
             f"engine B loaded nothing: 0 external prefix-cache hits over {len(load.result['requests'])} "
-            f"requests whose prefixes engine A served; {cell.connector.label} silently did nothing"))
+            f"requests whose prefixes engine A served; " + _why_nothing_loaded(cell)))
     _identical(cell, load, base, ["extends", "boundaries", "concurrent"], "engine_store_then_load",
                f"engine B ({hits:g} external hit tokens)")
 
