@@ -38,6 +38,9 @@ CONNECTOR_CAPABILITIES = {
     "hma": "it works with vLLM's hybrid KV cache manager (subclasses SupportsHMA): on a hybrid model "
            "(--kv-model gemma3-hybrid-tiny) its engines keep one KV cache group per attention type "
            "(engine_hma_groups)",
+    "own-server": "it starts, or is configured to reach, the server it needs by itself (an LMCacheMPConnector "
+                  "subclass that auto-starts its own tiered server): the suite starts no LMCache server for it "
+                  "and passes it no lmcache.mp.* key, so what it is judged with is its own",
 }
 
 
@@ -317,7 +320,10 @@ class LMCacheService:
 
     @staticmethod
     def wanted_by(connector: ConnectorChoice) -> bool:
-        """An LMCacheMPConnector (or a subclass, or a MultiConnector child) not pointed at a server."""
+        """An LMCacheMPConnector (or a subclass, or a MultiConnector child) not pointed at a server
+        (``lmcache.mp.port`` in its extra config) and not declared ``own-server``."""
+        if "own-server" in connector.capabilities:
+            return False
         if connector.is_a("LMCacheMPConnector"):
             return "lmcache.mp.port" not in connector.extra_config
         return any(child.get("kv_connector") == "LMCacheMPConnector"

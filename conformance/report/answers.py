@@ -136,7 +136,7 @@ def _grid(subject: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any
             "lmcache": next(iter(shared_lmcache), "") if shared_lmcache else "", "rows": out_rows,
             "notes": note_list,
             "summary": _summary(out_rows, note_list, [labels[c] for c in columns]) + _stack_lines(members, labels)
-            + _env_lines(members),
+            + _env_lines(members) + _supplied_lines(members),
             "prefill": _prefill(members, labels)}
 
 
@@ -166,6 +166,12 @@ def _env_lines(members: list[dict[str, Any]]) -> list[str]:
     envs = {tuple(sorted(e.items())) for cell in members if (e := cell.get("engine_env"))}
     return [f"its engines run with {', '.join(f'{k}={v}' for k, v in env)}, as it declares (--kv-engine-env)"
             for env in sorted(envs)]
+
+
+def _supplied_lines(members: list[dict[str, Any]]) -> list[str]:
+    """One sentence per thing the suite started in the subject's place, as its cells recorded it."""
+    supplied = sorted({s for cell in members for s in cell.get("supplied") or ()})
+    return [f"judged with what the suite supplied in its user's place: {s}" for s in supplied]
 
 
 def _label(col: tuple[str, str], lmcache_axis: bool) -> str:

@@ -84,6 +84,8 @@ def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
             **({"prefill": p} if (p := prefill(timings)) else {}),
             # the environment its engines ran with, as the connector declares it (names; safe values only)
             **({"engine_env": e} if (e := (doc.get("connector") or {}).get("engine_env")) else {}),
+            # what the suite started in the user's place (LMCache's server), in words
+            **({"supplied": u} if (u := (doc.get("connector") or {}).get("supplied")) else {}),
         })
     return derive({"schema": "kvconform.matrix-report/1", "cells": cells})
 

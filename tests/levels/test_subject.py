@@ -57,7 +57,7 @@ def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
     with pytest.raises(ValueError, match="must be a positive tolerance"):
         parse_capabilities("lossy=-1")
     assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy", "pd", "cache", "stats", "events", "hma",
-                                            "capacity"}
+                                            "capacity", "own-server"}
 
 
 def test_cross_engine_clauses_are_disabled_for_a_cache_inside_its_engine():
@@ -154,3 +154,13 @@ def test_what_the_suite_started_reaches_a_multiconnectors_children():
     children = multi.transfer_config({"lmcache.mp.port": 5}, "/run/2")["kv_connector_extra_config"]["connectors"]
     assert children[0]["kv_connector_extra_config"] == {"lmcache.mp.port": 5}
     assert children[1]["kv_connector_extra_config"] == {"lmcache.mp.port": 7, "shared_storage_path": "/run/2/b"}
+
+
+def test_a_connector_that_starts_its_own_server_is_given_none():
+    """An LMCacheMPConnector (or subclass) declared own-server, or pointed at a server, is judged with
+    its own: the suite starts none and supplies nothing (``connector.supplied`` is empty)."""
+    from conformance.levels.subject import LMCacheService
+
+    assert LMCacheService.wanted_by(ConnectorChoice.parse("LMCacheMPConnector"))
+    assert not LMCacheService.wanted_by(ConnectorChoice.parse("LMCacheMPConnector", capabilities="own-server"))
+    assert not LMCacheService.wanted_by(ConnectorChoice.parse("LMCacheMPConnector", '{"lmcache.mp.port": 6}'))

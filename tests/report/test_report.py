@@ -330,6 +330,22 @@ def test_a_stack_on_another_torch_says_so_under_its_grid(tmp_path):
     assert line in (tmp_path / "out" / "matrix.md").read_text()
 
 
+def test_what_the_suite_supplied_is_said_under_the_subjects_grid(tmp_path):
+    """A cell judged with a server the suite started in the user's place says so in the report; a
+    cell judged with the connector's own parts says nothing of the kind."""
+    out = tmp_path / "results"
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass", connector="LMCacheMPConnector")
+    path = next(out.glob("*.json"))
+    doc = json.loads(path.read_text())
+    doc["connector"]["supplied"] = ["LMCache's multiprocess server, started by the suite: L1 1 bytes, LRU eviction"]
+    results.write(path, doc)
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass")
+    subjects = {s["name"]: s for s in report.render(out, tmp_path / "out")["answers"]["subjects"]}
+    said = "judged with what the suite supplied in its user's place: LMCache's multiprocess server"
+    assert any(line.startswith(said) for line in subjects["LMCacheMPConnector"]["summary"])
+    assert not any("supplied" in line for line in subjects["ExampleConnector"]["summary"])
+
+
 def test_a_stack_axis_of_many_releases_reads_as_ranges_and_fits_the_first_screen(tmp_path, chromium):
     """Fourteen vLLM releases on two LMCache lines (the axis from 0.19 to 0.32): the grid is drawn
     compact, whole in 1600 x 1000; LMCache spans its columns once; the summary names runs of
