@@ -59,11 +59,15 @@ class ConnectorChoice:
     # The environment its engines need (--kv-engine-env NAME=VALUE: a hash seed its documentation
     # requires), as its deployment sets it for every engine; values may be secrets (results.recorded_env).
     engine_env: tuple[tuple[str, str], ...] = ()
+    # Other KVTransferConfig fields, as its deployment sets them (--kv-transfer-config KEY=VALUE:
+    # kv_load_failure_policy, kv_buffer_size, ...); the suite's own roles may still override one
+    # (engine_load_failure_recompute's policy), and say so.
+    transfer_fields: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def parse(cls, spec: str, extra_json: str | None = None, role: str = "kv_both",
               capabilities: str | None = None, storage_hook: str | None = None,
-              engine_env: Sequence[str] = ()) -> ConnectorChoice:
+              engine_env: Sequence[str] = (), transfer_fields: Sequence[str] = ()) -> ConnectorChoice:
         """``Name`` (vLLM's registry) or ``package.module:ClassName`` (kv_connector_module_path), its
         extra config as JSON, its declared capabilities (``persistent,lossy=0.05``), the hook that
         damages its storage where the suite cannot (``module:object``) and the environment its
@@ -81,7 +85,7 @@ class ConnectorChoice:
         return cls(name=name, module_path=module or None, extra_config=extra, role=role, capabilities=caps,
                    lossy_tolerance=tolerance, capacity_bytes=parse_capacity(capabilities or ""),
                    storage_hook=storage_hook,
-                   engine_env=parse_engine_env(engine_env))
+                   engine_env=parse_engine_env(engine_env), transfer_fields=parse_transfer_fields(transfer_fields))
 
     @property
     def label(self) -> str:
@@ -111,7 +115,7 @@ class ConnectorChoice:
             mine = {**mine, "connectors": [
                 {**child, "kv_connector_extra_config": {**extra, **(child.get("kv_connector_extra_config") or {})}}
                 if isinstance(child, dict) else child for child in mine["connectors"]]}
-        cfg: dict[str, Any] = {"kv_connector": self.name, "kv_role": role or self.role,
+        cfg: dict[str, Any] = {**dict(self.transfer_fields), "kv_connector": self.name, "kv_role": role or self.role,
                                "kv_connector_extra_config": {**default, **extra, **mine}}
         if self.module_path:
             cfg["kv_connector_module_path"] = self.module_path
@@ -193,6 +197,47 @@ def parse_engine_env(items: Iterable[str]) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"--kv-engine-env: expected NAME=VALUE, got an item named {name[:40]!r}")
         found[name] = value
     return tuple(found.items())
+
+
+# KVTransferConfig fields the suite sets from options of their own.
+OWN_TRANSFER_FIELDS = {"kv_connector": "--kv-connector", "kv_connector_module_path": "--kv-connector",
+                       "kv_connector_extra_config": "--kv-connector-extra-config", "kv_role": "--kv-role"}
+
+
+def parse_transfer_fields(items: Iterable[str]) -> tuple[tuple[str, Any], ...]:
+    """``["kv_load_failure_policy=recompute", "kv_buffer_size=1e9"]`` -> their fields, each value
+    read as JSON where it parses (numbers, booleans, objects), else as the string given. A field the
+    installed vLLM's KVTransferConfig lacks (where vLLM is importable here) is one clear error."""
+    found: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+            raise ValueError(f"--kv-transfer-config: expected FIELD=VALUE, got an item named {name[:40]!r}")
+        if name in OWN_TRANSFER_FIELDS:
+            raise ValueError(f"--kv-transfer-config: {name} is set with {OWN_TRANSFER_FIELDS[name]}")
+        try:
+            found[name] = json.loads(value)
+        except ValueError:
+            found[name] = value
+    known = _transfer_config_fields()
+    unknown = sorted(set(found) - known) if known else []
+    if unknown:
+        raise ValueError(f"--kv-transfer-config: vLLM's KVTransferConfig has no field {unknown[0]!r}; "
+                         f"its fields: {', '.join(sorted(known - set(OWN_TRANSFER_FIELDS)))}")
+    return tuple(found.items())
+
+
+def _transfer_config_fields() -> set[str]:
+    """The installed vLLM's KVTransferConfig fields; empty where vLLM is not importable here (the
+    engines' Python checks them when it builds the config)."""
+    try:
+        from vllm.config import KVTransferConfig
+    except Exception:  # noqa: BLE001 - vLLM absent or broken here: checked where it runs
+        return set()
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(KVTransferConfig)} if dataclasses.is_dataclass(KVTransferConfig) \
+        else set(getattr(KVTransferConfig, "model_fields", {}))
 
 
 def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:

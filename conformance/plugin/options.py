@@ -32,6 +32,7 @@ ENGINE_START = "--kv-engine-start"
 ENGINE_LANES = "--kv-engine-lanes"
 ENGINE_BASELINES = "--kv-engine-baselines"
 ENGINE_ENV = "--kv-engine-env"
+TRANSFER_CONFIG = "--kv-transfer-config"
 LEVELS_OPTION = "--kv-levels"
 LEVELS = ("store", "connector", "engine")
 PROFILES = ("dev", "ci", "deep", "certify")
@@ -65,6 +66,10 @@ def add_options(parser: pytest.Parser) -> None:
     engine.addoption(EXTRA_CONFIG, default=None, metavar="JSON",
                      help="kv_connector_extra_config as JSON; '{storage}' anywhere in it (however nested: a "
                           "MultiConnector's children) becomes a directory private to each run")
+    engine.addoption(TRANSFER_CONFIG, action="append", default=[], metavar="FIELD=VALUE",
+                     help="a field of vLLM's KVTransferConfig the connector runs with, as its deployment sets it "
+                          "(repeatable; the value read as JSON where it parses): 'kv_load_failure_policy=recompute' "
+                          "for a connector that refuses to run without it. Recorded in the results")
     engine.addoption(CAPABILITIES, default=None, metavar="LIST",
                      help="what the connector declares, comma-separated: 'persistent' (its cache outlives its "
                           "engine: the cross-engine clauses apply), 'lossy=TOL' (a codec: byte-exact clauses "

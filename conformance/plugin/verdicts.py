@@ -210,6 +210,8 @@ class Recorder:
                          # what the suite started in the user's place (LMCache's server, bounded by capacity)
                          "supplied": _supplied(state.connector) if state.connector else [],
                          "extra_config": json.loads(opt(options.EXTRA_CONFIG) or "{}"),
+                         # the KVTransferConfig fields it ran with besides (--kv-transfer-config)
+                         "transfer_config": dict(state.connector.transfer_fields) if state.connector else {},
                          # what its engines ran with (--kv-engine-env): names, and only safe values
                          "engine_env": results.recorded_env(dict(state.connector.engine_env) if state.connector else {}),
                          "kv_cache_dtype": opt(options.CACHE_DTYPE),

@@ -164,3 +164,20 @@ def test_a_connector_that_starts_its_own_server_is_given_none():
     assert LMCacheService.wanted_by(ConnectorChoice.parse("LMCacheMPConnector"))
     assert not LMCacheService.wanted_by(ConnectorChoice.parse("LMCacheMPConnector", capabilities="own-server"))
     assert not LMCacheService.wanted_by(ConnectorChoice.parse("LMCacheMPConnector", '{"lmcache.mp.port": 6}'))
+
+
+def test_kv_transfer_config_fields_reach_vllms_config_as_the_deployment_sets_them(monkeypatch):
+    from conformance.levels import subject
+
+    choice = ConnectorChoice.parse("ExampleConnector", transfer_fields=["kv_load_failure_policy=recompute",
+                                                                        "kv_buffer_size=1e9", "kv_rank=0"])
+    cfg = choice.transfer_config({}, "/run/1")
+    assert (cfg["kv_load_failure_policy"], cfg["kv_buffer_size"], cfg["kv_rank"]) == ("recompute", 1e9, 0)
+    assert cfg["kv_connector"] == "ExampleConnector"  # the suite's own fields are never overridden
+    with pytest.raises(ValueError, match="kv_role is set with --kv-role"):
+        ConnectorChoice.parse("ExampleConnector", transfer_fields=["kv_role=kv_producer"])
+    with pytest.raises(ValueError, match="expected FIELD=VALUE"):
+        ConnectorChoice.parse("ExampleConnector", transfer_fields=["recompute"])
+    monkeypatch.setattr(subject, "_transfer_config_fields", lambda: {"kv_load_failure_policy", "kv_role"})
+    with pytest.raises(ValueError, match="has no field 'kv_load_failure_polcy'; its fields: kv_load_failure_policy"):
+        ConnectorChoice.parse("ExampleConnector", transfer_fields=["kv_load_failure_polcy=fail"])
