@@ -22,6 +22,7 @@ class SuiteRun:
     returncode: int
     output: str
     results: dict[str, Any] | None
+    results_path: Path
 
     def statuses(self) -> dict[str, str]:
         assert self.results is not None, self.output[-3000:]
@@ -43,6 +44,6 @@ def run_suite(tmp_path: Path):
         full_env.pop("KVCONFORM_STORE", None) if env is None or "KVCONFORM_STORE" not in env else None
         proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout)
         data = json.loads(results.read_text()) if results.exists() else None
-        return SuiteRun(proc.returncode, proc.stdout + proc.stderr, data)
+        return SuiteRun(proc.returncode, proc.stdout + proc.stderr, data, results)
 
     return run

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from conformance.plugin import options
-from conformance.plugin.options import ENGINE_TIMINGS, ENGINE_VERSIONS, session_state
+from conformance.plugin.options import ENGINE_EVIDENCE, ENGINE_TIMINGS, ENGINE_VERSIONS, evidence_dir, session_state
 
 
 @pytest.fixture(scope="session")
@@ -79,6 +79,10 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     cell.close()
     request.config.stash[ENGINE_TIMINGS] = cell.timings()
     request.config.stash[ENGINE_VERSIONS] = cell.versions()
+    results = opt(options.RESULTS)
+    if results:  # the engines' logs and per-request outcomes, beside the results file
+        where = Path(results).resolve()
+        request.config.stash[ENGINE_EVIDENCE] = cell.keep_evidence(evidence_dir(where) / "engine", where.parent)
 
 
 @pytest.fixture(scope="session")

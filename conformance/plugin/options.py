@@ -8,6 +8,7 @@ installed, and an unprefixed option would collide with a project's own conftest.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,6 +130,12 @@ STATE = pytest.StashKey[State]()
 # What the engine cell saw, for the results file.
 ENGINE_TIMINGS = pytest.StashKey[dict]()
 ENGINE_VERSIONS = pytest.StashKey[dict]()
+ENGINE_EVIDENCE = pytest.StashKey[dict]()
+
+
+def evidence_dir(results: Path) -> Path:
+    """Where a run's evidence (engine logs, per-request outcomes) is kept: beside its results file."""
+    return results.with_name(results.stem + ".evidence")
 
 
 def session_state(config: pytest.Config) -> State:

@@ -11,7 +11,7 @@ import pytest
 
 from conformance.plugin import options
 from conformance.plugin.fixtures import connector_choice
-from conformance.plugin.options import ENGINE_TIMINGS, ENGINE_VERSIONS, session_state
+from conformance.plugin.options import ENGINE_EVIDENCE, ENGINE_TIMINGS, ENGINE_VERSIONS, session_state
 
 
 @pytest.fixture(autouse=True)
@@ -217,7 +217,9 @@ class Recorder:
                          "kv_cache_dtype": opt(options.CACHE_DTYPE),
                          "model": opt(options.MODEL), "block_size": opt(options.BLOCK_SIZE),
                          "engine_timings": self.config.stash.get(ENGINE_TIMINGS, None),
-                         "engine_versions": self.config.stash.get(ENGINE_VERSIONS, None)}
+                         "engine_versions": self.config.stash.get(ENGINE_VERSIONS, None),
+                         # per engine role: its log's copy beside the results, what each request came to
+                         "engine_evidence": self.config.stash.get(ENGINE_EVIDENCE, None)}
         results.write(path, results.build(
             store={"spec": state.store_spec, "target": choice.target if choice else None,
                    "version": choice.distribution_version if choice else None,

@@ -510,6 +510,28 @@ class EngineCell:
             self._run_ahead()
         return engine
 
+    def keep_evidence(self, into: Path, base: Path) -> dict[str, Any]:
+        """Copy what each engine of the cell logged (its last ``EVIDENCE_LOG_BYTES``, redacted) into
+        ``into``, and return, per role, where that copy is (relative to ``base``, the results file's
+        directory) and what each request came to (prompt
+        length, cached and external hits, finish reason, tokens): what a user checks a verdict by,
+        kept past pytest's rotating temp directories."""
+        from conformance.verdict.results import redact_text
+
+        into.mkdir(parents=True, exist_ok=True)
+        kept: dict[str, Any] = {}
+        for role, run in self.runs.items():
+            entry: dict[str, Any] = {"ok": run.ok, **({"error": redact_text(run.error.splitlines()[0])}
+                                                     if run.error else {}),
+                                     "requests": [request_outcome(r) for r in run.result.get("requests", ())]}
+            log = self.workdir / "engines" / f"{role}.log"
+            if log.is_file():
+                data = log.read_bytes()[-EVIDENCE_LOG_BYTES:].decode(errors="replace")
+                (into / f"{role}.log").write_text(redact_text(data))
+                entry["log"] = str((into / f"{role}.log").relative_to(base))
+            kept[role] = entry
+        return kept
+
     def versions(self) -> dict[str, str]:
         """Package versions reported by the engines (vLLM, LMCache, torch as the engine saw them)."""
         for run in self.runs.values():
@@ -631,6 +653,17 @@ def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Toleran
         if problem:
             problems.append(f"{where}: {problem}")
     return problems
+
+
+EVIDENCE_LOG_BYTES = 64 << 10  # of each engine's log kept beside the results
+
+
+def request_outcome(request: dict[str, Any]) -> dict[str, Any]:
+    """What one request came to, as the results keep it (no logprobs: the tokens say the outcome)."""
+    return {"batch": request["batch"], "idx": request["idx"], "phase": request.get("phase", 0),
+            "prompt_len": request["prompt_len"], "cached": request["num_cached_tokens"],
+            "external": external_hits_of(request), "finish_reason": request.get("finish_reason"),
+            "tokens": request.get("tokens")}
 
 
 def external_hits_of(request: dict[str, Any]) -> int:

@@ -120,6 +120,10 @@ def test_noop_connector_is_flagged_for_loading_nothing(run_suite):
     # Its outputs equal the baseline's, but nothing was loaded: compared nothing, so never a Pass;
     # nor is the twin format's miss an isolation where the same format misses too.
     assert tests["engine_block_boundaries"]["status"] == tests["engine_format_isolation"]["status"] == "Not exercised", tests
+    # What a user checks that by: engine B's log, kept beside the results, and each of its requests' hits.
+    evidence = run.results["connector"]["engine_evidence"]["load"]
+    assert evidence["requests"] and all(r["external"] == 0 and r["tokens"] for r in evidence["requests"]), evidence
+    assert "Creating v1 connector with name: NoopConnector" in (run.results_path.parent / evidence["log"]).read_text()
 
 
 def test_a_connector_keyed_by_pythons_hash_is_flagged_unless_it_declares_a_fixed_seed(run_suite):
