@@ -180,11 +180,55 @@ def refuses_platform(message: str) -> bool:
 
 def cannot_run_here(label: str, error: str) -> str:
     """Why ``label`` is Not runnable when building it (or starting an engine with it) raised ``error``
-    before any KV moved: a platform it declines, or what to pass it."""
+    before any KV moved: a platform it declines, or (where its words name configuration) what to pass it."""
     if refuses_platform(error):
         return f"{label} declines this platform ({error})"
-    return (f"{label} could not be built here ({error}); if it needs configuration, pass it with "
-            "--kv-connector-extra-config")
+    return f"{label} could not be built here ({error}){_advice(error)}"
+
+
+# KVTransferConfig fields a connector's refusal may name (--kv-transfer-config sets any of them).
+TRANSFER_FIELD_NAMES = ("kv_load_failure_policy", "kv_buffer_size", "kv_buffer_device", "kv_port", "kv_ip",
+                        "kv_rank", "kv_parallel_size", "engine_id", "enable_permute_local_kv")
+_EXTRA_CONFIG_WORDS = re.compile(r"extra[_ ]config|KeyError", re.IGNORECASE)
+
+
+def _advice(error: str) -> str:
+    """What to pass, only where the error names it: a KVTransferConfig field, or the extra config."""
+    field = next((f for f in TRANSFER_FIELD_NAMES if f in error), None)
+    if field is not None:
+        return f"; if it needs another {field}, pass --kv-transfer-config {field}=VALUE"
+    if _EXTRA_CONFIG_WORDS.search(error):
+        return "; if it needs configuration, pass it with --kv-connector-extra-config"
+    return ""
+
+
+_NO_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError)\b.*?No module named '([\w.]+)'")
+
+
+def missing_module(error: str) -> str | None:
+    """The module an error says is not installed (a connector's own dependency), or None."""
+    found = _NO_MODULE.search(error)
+    return found.group(1) if found else None
+
+
+def missing_dependency(label: str, error: str) -> str | None:
+    """The Error message for a connector whose own dependency is not installed where it runs (no
+    verdict can be had without it), or None where ``error`` says no such thing."""
+    module = missing_module(error)
+    if module is None:
+        return None
+    return (f"{label} needs the module {module!r}, which is not installed in the Python it runs in "
+            f"({error.splitlines()[0][:300]}): install its dependencies there; no clause is judged without them")
+
+
+def unreachable_storage(connector: ConnectorChoice) -> str:
+    """Why the suite cannot damage what ``connector`` stored, and what would let it."""
+    if "{storage}" in json.dumps(connector.extra_config):
+        return (f"the suite cannot reach the storage of {connector.label} to damage it: its extra config puts "
+                "'{storage}' in it, but no file was written under that directory (its KV lives elsewhere: a "
+                "server, memory); pass --kv-storage-hook to damage it where it lives")
+    return (f"the suite cannot reach the storage of {connector.label} to damage it "
+            "(put '{storage}' where its extra config names a place, or pass --kv-storage-hook)")
 
 
 def parse_engine_env(items: Iterable[str]) -> tuple[tuple[str, str], ...]:

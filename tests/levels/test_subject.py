@@ -181,3 +181,22 @@ def test_kv_transfer_config_fields_reach_vllms_config_as_the_deployment_sets_the
     monkeypatch.setattr(subject, "_transfer_config_fields", lambda: {"kv_load_failure_policy", "kv_role"})
     with pytest.raises(ValueError, match="has no field 'kv_load_failure_polcy'; its fields: kv_load_failure_policy"):
         ConnectorChoice.parse("ExampleConnector", transfer_fields=["kv_load_failure_polcy=fail"])
+
+
+def test_advice_is_given_only_where_the_error_names_what_to_pass():
+    from conformance.levels.subject import cannot_run_here, missing_module
+
+    said = cannot_run_here("C", "ValueError: C needs kv_load_failure_policy='recompute'")
+    assert said.endswith("pass --kv-transfer-config kv_load_failure_policy=VALUE")
+    assert "--kv-connector-extra-config" in cannot_run_here("C", "KeyError: 'daemon_socket'")
+    assert cannot_run_here("C", "TypeError: unsupported operand") == "C could not be built here (TypeError: unsupported operand)"
+    assert missing_module("ModuleNotFoundError: No module named 'scipy.signal'") == "scipy.signal"
+    assert missing_module("ValueError: no module to speak of") is None
+
+
+def test_unreachable_storage_says_what_would_reach_it():
+    from conformance.levels.subject import unreachable_storage
+
+    named = ConnectorChoice.parse("X", '{"path": "{storage}/kv"}')
+    assert "puts '{storage}' in it, but no file was written" in unreachable_storage(named)
+    assert "put '{storage}' where its extra config names a place" in unreachable_storage(ConnectorChoice.parse("X"))

@@ -22,7 +22,7 @@ from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
 from conformance.levels.connector.ledger import WAITING_FOR_LOAD, Ledger
 from conformance.levels.connector.slots import backing_bytes, by_block, copy_tokens, scatter_bytes, views_over
-from conformance.levels.subject import ConnectorChoice, side_channel_ports
+from conformance.levels.subject import ConnectorChoice, side_channel_ports, unreachable_storage
 from conformance.verdict.clauses import count_load, running
 from conformance.verdict.forked import beat, call_forked
 from conformance.verdict.guard import Guarded, HarnessError, StoreTimeout, call_within
@@ -230,8 +230,7 @@ class ConnectorHarness:
             done.append(self.lose_remote())
         if done:
             return " and ".join(done)
-        raise NotImplementedError(f"the suite cannot reach the storage of {self.connector.label} to damage it "
-                                  "(put '{storage}' where its extra config names a place, or pass --kv-storage-hook)")
+        raise NotImplementedError(unreachable_storage(self.connector))
 
     def isolated(self, call: Callable[..., Any], *args: Any, name: str) -> Any:
         """``call(*args)`` (one clause test: every engine lifetime it drives) in a forked child this

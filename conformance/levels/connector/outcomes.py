@@ -21,8 +21,9 @@ from conformance.levels.connector.harness import (
     Run,
     built_here,
 )
-from conformance.levels.subject import cannot_run_here, refuses_platform
+from conformance.levels.subject import cannot_run_here, missing_dependency, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
+from conformance.verdict.guard import HarnessError
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
 
@@ -43,15 +44,24 @@ def connector_faults_fail(clause_id: str, context: str = "",
     except (PhantomHit, NegativeClaim) as exc:
         raise ClauseViolation(clause_id, f"{context}{exc}") from exc
     except NotBuilt as exc:
+        _raise_if_missing_dependency(exc)
         if built_here():  # built here before: it declines this example's configuration (a block size)
             reject()
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}{cannot_run_here('the connector', str(exc))}")
     except ConnectorRaised as exc:
+        _raise_if_missing_dependency(exc)
         if isinstance(exc.exc, OverClaim):  # raised by the harness inside vLLM's scheduler: a claim, not a crash
             raise ClauseViolation(clause_id, f"{context}{exc.exc}") from exc
         if refuses_platform(str(exc)):  # its data path asked for a device this machine (or process) lacks
             pytest.skip(f"{NOT_RUNNABLE_PREFIX}the connector needs a device this machine lacks: it raised in {exc}")
         raise ClauseViolation(clause_id, f"{context}the connector raised in {exc}") from exc
+
+
+def _raise_if_missing_dependency(exc: ConnectorRaised) -> None:
+    """A connector whose own dependency is not installed here is the run's Error, never its Fail."""
+    said = missing_dependency("the connector", f"{type(exc.exc).__name__}: {exc.exc}")
+    if said is not None:
+        raise HarnessError(said) from exc
 
 
 def where(run: Run, what: str) -> str:

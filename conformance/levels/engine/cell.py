@@ -26,7 +26,7 @@ from conformance.contract.spec import same_width_twin
 from conformance.levels.engine import separate
 from conformance.levels.engine.baselines import BaselineStore
 from conformance.levels.engine.launch import EngineHost, EngineRun, run_engine, serving_engine
-from conformance.levels.subject import ConnectorChoice, LMCacheService, side_channel_ports
+from conformance.levels.subject import ConnectorChoice, LMCacheService, side_channel_ports, unreachable_storage
 from conformance.stores.lmcache_forks import ForkServer
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.guard import HarnessError
@@ -271,8 +271,7 @@ class EngineCell:
             done.append(across.lose())
         if done:
             return " and ".join(done)
-        raise NotRunnable(f"the suite cannot reach the storage of {self.connector.label} to damage it "
-                          "(put '{storage}' where its extra config names a place, or pass --kv-storage-hook)")
+        raise NotRunnable(unreachable_storage(self.connector))
 
     def close(self) -> None:
         if self._lane is not None:  # its engines end by their own deadline at the latest

@@ -29,7 +29,7 @@ from conformance.levels.engine.cell import (
     external_hits_of,
 )
 from conformance.levels.engine.child import DRAIN_S
-from conformance.levels.subject import cannot_run_here, refuses_platform
+from conformance.levels.subject import cannot_run_here, missing_dependency, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
 from conformance.verdict.guard import HarnessError
@@ -85,6 +85,9 @@ def _judgeable(cell, engine):
     settings here, the connector could not start, or it asked for a device this machine lacks."""
     if engine.suite_error:
         raise HarnessError(engine.describe_failure())
+    missing = missing_dependency(cell.connector.label, engine.error)
+    if missing is not None:
+        raise HarnessError(f"engine {engine.role}: {missing}")
     if engine.role in OWN_SETTINGS:  # settings the baseline does not vouch for: vLLM's own, or the connector's?
         control = cell.without_connector(engine.role)
         if not control.ok:

@@ -367,6 +367,17 @@ def test_unknown_connector_is_one_clear_line(run_suite, connector, says):
     assert says in run.output, run.output[-2000:]
 
 
+def test_a_connector_whose_own_dependency_is_missing_is_an_error_naming_it(run_suite):
+    """Its load path imports a module not installed here: no verdict on its KV handling can be had,
+    so the clauses that load are Errors naming the module, never Fails."""
+    run = api_suite(run_suite, ZOO + "missing_dependency:MissingDependencyConnector", "-k", "roundtrip")
+    statuses = {c: s for c, s in run.statuses().items() if s != "Disabled"}
+    assert statuses == {"api_save_load_roundtrip": "Error", "api_same_engine_roundtrip": "Error"}, run.output[-3000:]
+    for test in run.results["tests"]:
+        if test["status"] == "Error":
+            assert "needs the module 'kvconform_absent_codec'" in test["message"], test["message"]
+
+
 def test_a_connector_that_kills_its_process_is_an_error_and_the_run_goes_on(run_suite):
     """A load hook that dies as a segfaulting native library does (os._exit(139)) ends its engine's
     lifetime, not the suite: an Error naming the exit status for each clause that loads, a verdict
