@@ -253,6 +253,48 @@ def source_path(module_or_file: str) -> Path:
     return Path(spec.origin)
 
 
+def connector_modules(module: str, name: str, _seen: set[tuple[str, str]] | None = None) -> list[str]:
+    """The modules the code of connector class ``name`` in ``module`` is written in, found without
+    importing anything: ``module`` itself, then, where ``name`` is imported there from another
+    module (a wrapper's re-export or alias) or is a class inheriting from one imported, that module,
+    followed the same way. vLLM's own modules end the walk (the installed vLLM has what it needs)."""
+    seen = _seen if _seen is not None else set()
+    if (module, name) in seen or module.split(".")[0] == "vllm":
+        return []
+    seen.add((module, name))
+    try:
+        tree = ast.parse(source_path(module).read_text())
+    except (OSError, SyntaxError, ValueError, ImportError):
+        return [module]
+    imported: dict[str, tuple[str, str]] = {}  # local name -> (module, name there)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            origin = _absolute(module, node.module or "", node.level)
+            for alias in node.names:
+                imported[alias.asname or alias.name] = (origin, alias.name)
+    found = [module]
+    follow: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            follow += [b.id for b in node.bases if isinstance(b, ast.Name)]
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets) \
+                and isinstance(node.value, ast.Name):
+            follow.append(node.value.id)
+    if name in imported and not any(isinstance(n, ast.ClassDef) and n.name == name for n in tree.body):
+        follow.append(name)
+    for local in follow:  # imported from another module, or defined here under another name
+        found += connector_modules(*imported.get(local, (module, local)), _seen=seen)
+    return list(dict.fromkeys(found))
+
+
+def _absolute(module: str, target: str, level: int) -> str:
+    """``from .x import y`` in ``module`` -> the absolute name of ``.x``."""
+    if not level:
+        return target
+    package = module.rsplit(".", level)[0]
+    return f"{package}.{target}" if target else package
+
+
 def check_requirements(module_or_file: str | Path, fingerprint: dict[str, Any] | None = None,
                        history: list[dict[str, Any]] | None = None) -> list[Missing]:
     """What the connector needs that the installed vLLM (or ``fingerprint``) lacks: the plugin's entry point."""

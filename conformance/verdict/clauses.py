@@ -78,8 +78,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "in their last characters, are distinct keys"),
     Clause("api_requirements", _CONNECTOR,
            "every vLLM name the connector's module imports, overrides or calls exists in the installed "
-           "vLLM (read with ast before anything is built); a missing one is named with the release it "
-           "was last seen in"),
+           "vLLM (read with ast before anything is built, followed from a wrapper module to the modules its "
+           "connector's code is in); a missing one is named with the release it was last seen in"),
     Clause("api_save_load_roundtrip", _CONNECTOR,
            "driven through vLLM's own hooks, a fresh connector pair loads into other blocks of a fresh "
            "cache, byte for byte, every layer of every token it claims, as the first pair saved it: in "

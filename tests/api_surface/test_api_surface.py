@@ -291,3 +291,19 @@ def test_vllms_own_example_connector_needs_nothing_missing():
     assert requirements.check_requirements(module) == []  # against the installed vLLM, by import
     proc = kvconform("api-requirements", str(ZOO / "stale_layout_api.py"))
     assert proc.returncode == 1 and "last seen in 0.28.0" in proc.stdout
+
+
+def test_a_connectors_code_is_followed_through_wrappers_without_importing_it(tmp_path, monkeypatch):
+    """A re-export, an alias and a subclass each lead to the module the code is in; vLLM ends the walk."""
+    from conformance.api_surface.requirements import connector_modules
+
+    pkg = tmp_path / "wpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core.py").write_text("from vllm.x import Base\n\nclass Real(Base):\n    pass\n")
+    (pkg / "shim.py").write_text("from wpkg.core import Real as Connector\n")
+    (pkg / "sub.py").write_text("from .shim import Connector\n\nclass Wrapped(Connector):\n    pass\n\nAlias = Wrapped\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert connector_modules("wpkg.sub", "Alias") == ["wpkg.sub", "wpkg.shim", "wpkg.core"]
+    assert connector_modules("wpkg.core", "Real") == ["wpkg.core"]
+    assert connector_modules("wpkg.core", "Absent") == ["wpkg.core"]

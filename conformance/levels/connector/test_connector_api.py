@@ -31,7 +31,7 @@ from conformance.levels.connector.scenarios import (
     unique_prompts,
 )
 from conformance.verdict.asserts import ClauseViolation
-from conformance.verdict.clauses import clause, count_examples, running
+from conformance.verdict.clauses import clause, count_examples, observe, running
 from conformance.verdict.profiles import costly_example_settings
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
@@ -97,7 +97,7 @@ def _drawn_roundtrip(api, data: st.DataObject, cid: str) -> tuple[Run, Run]:
 
 @clause("api_requirements")
 def test_requirements(connector_api):
-    from conformance.api_surface.requirements import check_requirements
+    from conformance.api_surface.requirements import check_requirements, connector_modules
     from conformance.api_surface.runtime import registered_module
 
     connector = connector_api.connector
@@ -105,10 +105,15 @@ def test_requirements(connector_api):
     if module is None:
         raise ClauseViolation("api_requirements", f"{connector.name!r} is not a connector the installed vLLM "
                                                   "registers; pass 'package.module:ClassName' for an external one")
-    missing = check_requirements(module)
-    if missing:
-        raise ClauseViolation("api_requirements", f"{module} needs {len(missing)} name(s) the installed vLLM "
-                                                  "lacks: " + "; ".join(map(str, missing)))
+    # A wrapper module's connector is read where its code is: every module of its classes outside vLLM.
+    modules = connector_modules(module, connector.name) if connector.module_path else [module]
+    for read in modules:
+        missing = check_requirements(read)
+        if missing:
+            via = f" (read as the code {module}:{connector.name} runs)" if read != module else ""
+            raise ClauseViolation("api_requirements", f"{read}{via} needs {len(missing)} name(s) the installed "
+                                                      "vLLM lacks: " + "; ".join(map(str, missing)))
+    observe(f"read {', '.join(modules)}")
 
 
 @clause("api_save_load_roundtrip")

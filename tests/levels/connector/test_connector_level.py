@@ -351,6 +351,16 @@ def test_stale_layout_api_is_named_before_anything_runs(run_suite):
     assert "get_kv_cache_layout" in req["message"] and "last seen in 0.28.0" in req["message"], req["message"]
 
 
+def test_a_wrapper_modules_connector_is_read_where_its_code_is(run_suite):
+    """A module that only re-exports the stale connector: its requirements are the stale module's."""
+    run = api_suite(run_suite, ZOO + "stale_wrapper:WrappedConnector", "-k", "requirements")
+    (req,) = [t for t in run.results["tests"] if t["clause"] == "api_requirements"]
+    assert req["status"] == "Fail", req
+    assert req["message"].startswith("[api_requirements] conformance.zoo.connectors.stale_layout_api (read as the "
+                                     "code conformance.zoo.connectors.stale_wrapper:WrappedConnector runs)"), req
+    assert "get_kv_cache_layout" in req["message"], req["message"]
+
+
 def test_format_isolation_names_both_formats(run_suite):
     run = api_suite(run_suite, "ExampleConnector", "--kv-cache-dtypes=fp8_e4m3,fp8_e5m2")
     (iso,) = [t for t in run.results["tests"] if t["clause"] == "api_format_isolation"]
