@@ -3,13 +3,15 @@ for it (both the connector-API and the engine level use them)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from conformance.stores.lmcache_forks import ForkServer
 from conformance.stores.lmcache_server import LMCacheServer
@@ -203,6 +205,41 @@ def _advice(error: str) -> str:
 
 
 _NO_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError)\b.*?No module named '([\w.]+)'")
+
+
+# What a connector logs when it chose, on this platform, to run without its cache (LMCache's
+# "System will operate in degraded mode (recompute)").
+_DEGRADED = re.compile(r"degraded mode|fall(?:ing|s)? back to recompute", re.IGNORECASE)
+_ERROR_LINE = re.compile(r"^\w*(?:Error|Exception): .+$", re.MULTILINE)
+
+
+@contextlib.contextmanager
+def heard_degradation() -> Iterator[list[str]]:
+    """The warnings logged while the block runs, by any logger (LMCache's do not propagate), that say
+    the connector runs degraded: each quoted as its first line, the error it names and its verdict."""
+    said: list[str] = []
+    original = logging.Logger.handle
+
+    def handle(self: logging.Logger, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            message = record.getMessage()
+            if _DEGRADED.search(message):
+                errors = _ERROR_LINE.findall(message)
+                verdict = next(line for line in reversed(message.splitlines()) if _DEGRADED.search(line))
+                said.append(" ... ".join(dict.fromkeys([message.splitlines()[0][:200], *errors[-1:], verdict.strip()])))
+        original(self, record)
+
+    logging.Logger.handle = handle  # type: ignore[method-assign]
+    try:
+        yield said
+    finally:
+        logging.Logger.handle = original  # type: ignore[method-assign]
+
+
+def runs_degraded(label: str, said: list[str]) -> str:
+    """Why a connector that chose to run without its cache here is Not runnable, in its own words."""
+    return (f"{label} runs degraded on this platform, by its own account: {said[0]!r}; nothing it would store "
+            "or load here is what it does where it is supported")
 
 
 def missing_module(error: str) -> str | None:

@@ -22,7 +22,13 @@ from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
 from conformance.levels.connector.ledger import WAITING_FOR_LOAD, Ledger
 from conformance.levels.connector.slots import backing_bytes, by_block, copy_tokens, scatter_bytes, views_over
-from conformance.levels.subject import ConnectorChoice, side_channel_ports, unreachable_storage
+from conformance.levels.subject import (
+    ConnectorChoice,
+    heard_degradation,
+    runs_degraded,
+    side_channel_ports,
+    unreachable_storage,
+)
 from conformance.verdict.clauses import count_load, running
 from conformance.verdict.forked import beat, call_forked
 from conformance.verdict.guard import Guarded, HarnessError, StoreTimeout, call_within
@@ -462,18 +468,21 @@ class _Pair:
         # hands it the worker's handshake metadata. Each pair has its own side-channel ports, as
         # the engines of a P/D pair on two hosts would.
         os.environ.update(side_channel_ports())
-        with era.worker_setup(config):
-            self.worker = harness._build("worker connector", era.make_worker_connector, config, kv_cache_config)
-        self.scheduler: Guarded | None = None
-        try:
+        with heard_degradation() as degraded:  # a connector that chose to run without its cache here
             with era.worker_setup(config):
-                harness._setup("register_kv_caches", self.worker.register_kv_caches, self.caches)
-            self.scheduler = harness._build("scheduler", era.make_scheduler, config, kv_cache_config)
-            harness._setup("handing the worker's handshake metadata to the scheduler", era.relay_handshake,
-                           self.worker.inner, self.scheduler.inner)
-        except BaseException:
-            self.close(quiet=True)
-            raise
+                self.worker = harness._build("worker connector", era.make_worker_connector, config, kv_cache_config)
+            self.scheduler: Guarded | None = None
+            try:
+                with era.worker_setup(config):
+                    harness._setup("register_kv_caches", self.worker.register_kv_caches, self.caches)
+                self.scheduler = harness._build("scheduler", era.make_scheduler, config, kv_cache_config)
+                harness._setup("handing the worker's handshake metadata to the scheduler", era.relay_handshake,
+                               self.worker.inner, self.scheduler.inner)
+                if degraded:
+                    raise NotJudged(runs_degraded(harness.connector.label, degraded))
+            except BaseException:
+                self.close(quiet=True)
+                raise
         _Pair.built += 1
         self.free_at_start = self.scheduler.inner.kv_cache_manager.block_pool.get_num_free_blocks()
         self.ledger = Ledger()
