@@ -706,12 +706,26 @@ def within_tolerance(got: list[dict[str, Any]], want: list[dict[str, Any]], tole
             if tie:
                 return None
             return (f"step {step} token {a['token']} (logprob {lp_a:.6g}), but the baseline chose {b['token']} "
-                    f"(logprob {lp_b:.6g}), not a near-tie within {limit:g}")
+                    f"(logprob {lp_b:.6g}), not a near-tie within {limit:g} ({tolerance.why}): a near-tie has each "
+                    f"run's token in the other's top-{len(top_b)} within {limit:g} of the token it chose; "
+                    + _tie_broken(a, b, top_a, top_b, limit))
         delta = abs(lp_a - lp_b)
         if not delta <= limit:  # NaN is never within
             return (f"step {step} logprob {lp_a:.6g}, but the baseline has {lp_b:.6g} "
                     f"(|delta| {delta:.3g} > {limit:g}, {tolerance.why})")
     return None
+
+
+def _tie_broken(a: dict[str, Any], b: dict[str, Any], top_a: dict[int, float], top_b: dict[int, float],
+                limit: float) -> str:
+    """Which half of the near-tie rule two diverging steps break, in numbers."""
+    for other, top, chosen, who in ((b, top_a, a, "this run's"), (a, top_b, b, "the baseline's")):
+        if other["token"] not in top:
+            return f"the other's token {other['token']} is not in {who} top-{len(top)}"
+        gap = abs(top[other["token"]] - float.fromhex(chosen["logprob"]))
+        if gap > limit:
+            return f"in {who} top-k the other's token {other['token']} is {gap:.3g} below the one it chose"
+    return "both halves hold"
 
 
 def external_hits(run: EngineRun, batch: str | None = None) -> float:

@@ -66,8 +66,12 @@ def test_a_load_that_moves_a_logprob_past_the_tolerance_fails():
 def test_a_divergence_that_is_no_near_tie_fails():
     got = [BASE[0], step(3, -0.2, t8=-0.9), *BASE[2:]]  # the baseline's token is 0.7 below: a real change
     assert "step 1 token 3 (logprob -0.2), but the baseline chose 8" in within_tolerance(got, BASE, TOL)
+    # The rule is said, and which half of it broke.
+    assert "each run's token in the other's top-" in within_tolerance(got, BASE, TOL)
+    assert "the other's token 8 is 0.7 below the one it chose" in within_tolerance(got, BASE, TOL)
     absent = [BASE[0], step(3, -0.5, t5=-0.5), *BASE[2:]]  # the baseline's token is not even in the top-k
     assert "not a near-tie" in within_tolerance(absent, BASE, TOL)
+    assert "the other's token 8 is not in this run's top-2" in within_tolerance(absent, BASE, TOL)
 
 
 MOVED = [step(7, -1.0000001, t9=-2.0), *BASE[1:]]  # vLLM's own bits for the prompt computed apart (AMX)
