@@ -59,7 +59,7 @@ def sleeping_factory(workdir):
 
 
 class _Lossy(MemoryStore):
-    """Declares itself lossy (a quantizing serde would): byte-exact clauses do not apply."""
+    """Declares itself lossy but states no lossy_tolerance: nothing it returns could be judged."""
 
     capabilities = frozenset({"lossy", "scales", "delete"})
 

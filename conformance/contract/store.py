@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -37,8 +37,15 @@ CAPABILITIES: dict[str, str] = {
     "scales": "records each entry's k_scale/v_scale and returns them on get",
     "delete": "implements delete(key, spec)",
     "at_rest": "keeps bytes at rest that can be damaged; implements damage(key, spec, how)",
-    "lossy": "declares its round trip lossy (e.g. a quantizing serde): byte-exact clauses are Disabled",
+    "lossy": "declares its round trip lossy (e.g. a quantizing serde), with the relative RMS error it keeps within "
+             "as ``lossy_tolerance``: byte-exact clauses are Disabled, the others compare values within it",
 }
+
+def lossy_tolerance(store: Any) -> float | None:
+    """The relative RMS error a store that declares itself lossy keeps its round trip within (its
+    ``lossy_tolerance``, checked when it was loaded); None for a lossless store: bytes, exactly."""
+    return float(store.lossy_tolerance) if "lossy" in store.capabilities else None
+
 
 DAMAGE_KINDS = ("truncate", "flip")
 

@@ -99,6 +99,10 @@ def build(choice: StoreChoice, workdir: Path) -> KVStore:
     return store
 
 
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
+
+
 def check_protocol(store: Any, name: str) -> None:
     missing = [m for m in REQUIRED_METHODS if not callable(getattr(store, m, None))]
     caps = getattr(store, "capabilities", None)
@@ -109,6 +113,9 @@ def check_protocol(store: Any, name: str) -> None:
     if unknown:
         raise StoreLoadError(f"kvconform: store {name} claims unknown capabilities {unknown}; "
                              f"valid: {', '.join(CAPABILITIES)}")
+    if "lossy" in caps and not _positive(getattr(store, "lossy_tolerance", None)):
+        raise StoreLoadError(f"kvconform: store {name} claims 'lossy' but states no lossy_tolerance (the relative RMS "
+                             "error of its round trip, a positive number): without it nothing it returns can be judged")
     missing += [m for c, m in CAPABILITY_METHODS.items() if c in caps and not callable(getattr(store, m, None))]
     if missing:
         raise StoreLoadError(f"kvconform: store {name} lacks method(s) {', '.join(missing)} "

@@ -90,6 +90,42 @@ def assert_same_bytes(actual: torch.Tensor, expected: torch.Tensor, *, clause: s
         f"({len(differs)} of {len(a)} elements differ) [{context}]"), clause=clause)
 
 
+def assert_same_content(actual: torch.Tensor, expected: torch.Tensor, *, tolerance: float | None,
+                        element: torch.dtype, clause: str | None = None, context: str) -> None:
+    """Bytes (``assert_same_bytes``), or, for a store that declares itself lossy, values within its
+    ``tolerance`` (``assert_close``): the one rule every store clause that reads content back applies."""
+    __tracebackhide__ = True
+    if tolerance is None:
+        assert_same_bytes(actual, expected, clause=clause, context=context)
+    else:
+        assert_close(actual, expected, element, tolerance, clause=clause, context=context)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, element: torch.dtype, tolerance: float, *,
+                 clause: str | None = None, context: str) -> None:
+    """A lossy round trip's rule: read in their element format (``element``: float8 for the fp8
+    caches' uint8 bytes), the values' relative RMS error, sqrt(sum((got - want)^2) / sum(want^2))
+    over the finite elements, at most ``tolerance`` (the error's norm itself where every value is 0); NaN where NaN
+    was put and the same infinities; the same shape."""
+    __tracebackhide__ = True
+    if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
+        raise ClauseViolation(f"got {tuple(actual.shape)} {actual.dtype}, but {tuple(expected.shape)} {expected.dtype} "
+                              f"was put [{context}]", clause=clause)
+    got, want = (t.detach().cpu().contiguous().view(element).to(torch.float64) for t in (actual, expected))
+    nan_kept = torch.equal(got.isnan(), want.isnan())
+    inf = want.isinf()
+    if not nan_kept or not torch.equal(got[inf], want[inf]) or not torch.equal(got.isinf(), inf):
+        raise ClauseViolation(f"the non-finite values (NaN, +-inf) put were not returned as they were [{context}]",
+                              clause=clause)
+    finite = want.isfinite()
+    diff, base = (got[finite] - want[finite]), want[finite]
+    norm = float(base.square().sum().sqrt())
+    error = float(diff.square().sum().sqrt()) / (norm if norm > 0 else 1.0)
+    if not error <= tolerance:
+        raise ClauseViolation(f"relative RMS error {error:.3g} of the values returned, but the store declares at most "
+                              f"{tolerance:g} (lossy_tolerance) [{context}]", clause=clause)
+
+
 def _hex(element_bytes: np.ndarray) -> str:
     return bytes(element_bytes[::-1]).hex()  # little-endian storage, read as a number
 

@@ -57,7 +57,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("stride_contract", _STORE,
            "a non-contiguous put (HND view, slice of a pool, padded rows, storage offset, one "
            "layer of a cross-layer buffer) stores its logical content, and what comes back "
-           "reads that content through its own strides", lossless=True),
+           "reads that content through its own strides (a lossy store: within its declared lossy_tolerance)"),
     Clause("metadata_roundtrip", _STORE,
            "get returns the spec the entry was stored under (format tag, layout, geometry)"),
     Clause("scales_roundtrip", _STORE,

@@ -94,8 +94,16 @@ def test_redaction():
                               "nested": [{"password": "***", "host": "h"}], "plain": "lm://127.0.0.1:65432"}
 
 
-def test_lossy_store_disables_lossless_clauses(run_suite):
-    run = run_suite("--kv-store=tests.stores_for_tests:lossy_store", "--kv-profile=ci")
+def test_lossy_store_disables_lossless_clauses_and_is_held_to_its_tolerance(run_suite):
+    """A quantizing codec: the byte-exact clauses are Disabled; every other clause that reads values
+    back holds them to its declared relative RMS error, and to exact bytes nowhere."""
+    run = run_suite("--kv-store=conformance.zoo.quantizing:make_store", "--kv-profile=ci")
     statuses = run.statuses()
-    assert statuses["byte_exact_roundtrip"] == statuses["stride_contract"] == "Disabled"
-    assert statuses["dtype_preserved"] == "Pass" and run.returncode == 0
+    assert statuses["byte_exact_roundtrip"] == statuses["no_aliasing"] == "Disabled"
+    assert statuses["stride_contract"] == statuses["format_isolation"] == statuses["state_machine"] == "Pass"
+    assert statuses["dtype_preserved"] == "Pass" and run.returncode == 0, run.output[-3000:]
+
+
+def test_a_lossy_store_must_state_its_tolerance(run_suite):
+    run = run_suite("--kv-store=tests.stores_for_tests:lossy_store", "--kv-profile=ci")
+    assert run.returncode != 0 and "claims 'lossy' but states no lossy_tolerance" in run.output, run.output[-2000:]

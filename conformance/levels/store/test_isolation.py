@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.contract.spec import KVSpec
-from conformance.contract.store import REFUSALS, KVEntry
+from conformance.contract.store import REFUSALS, KVEntry, lossy_tolerance
 from conformance.contract.strategies import (
     active_format_twins,
     active_kv_cache_dtypes,
@@ -16,7 +16,7 @@ from conformance.contract.strategies import (
     kv_entries,
     scales,
 )
-from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_bytes
+from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_content
 from conformance.verdict.clauses import clause, count_examples
 from conformance.verdict.status import NOT_RUNNABLE_PREFIX
 
@@ -52,8 +52,9 @@ def check_format_isolation(kv_store, twins, data):
         if got is None:
             raise ClauseViolation(_ISO, f"get({entry.spec.describe()}) missed after both twins were stored")
         assert_equal("recorded spec", got.spec.describe(), entry.spec.describe(), clause=_ISO)
-        assert_same_bytes(got.tensor, entry.tensor, clause=_ISO,
-                          context=f"{first.spec.kv_cache_dtype} and {second.spec.kv_cache_dtype} under one key")
+        assert_same_content(got.tensor, entry.tensor, tolerance=lossy_tolerance(kv_store),
+                            element=entry.spec.element_format.torch_dtype, clause=_ISO,
+                            context=f"{first.spec.kv_cache_dtype} and {second.spec.kv_cache_dtype} under one key")
 
 
 _MISMATCH = "mismatch_rejection"

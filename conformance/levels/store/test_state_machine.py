@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
 from conformance.contract.spec import KVSpec
-from conformance.contract.store import KVEntry
+from conformance.contract.store import KVEntry, lossy_tolerance
 from conformance.contract.strategies import (
     KEY_NAMES,
     KEY_SHAPES,
@@ -38,7 +38,7 @@ from conformance.contract.strategies import (
     scales,
     sweep_entries,
 )
-from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_bytes, float_bits
+from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_content, float_bits
 from conformance.verdict.clauses import clause, count_example
 
 from ._steps import invert_bits
@@ -85,8 +85,9 @@ class StoreMachine(RuleBasedStateMachine):
             return
         if got is None:
             raise ClauseViolation(_CLAUSE, f"get({k!r}) returned None, but the model holds an entry")
-        assert_same_bytes(got.tensor, want.tensor, clause=_CLAUSE,
-                          context=f"get({k!r}) after the model's last put (overwrites replace)")
+        assert_same_content(got.tensor, want.tensor, tolerance=lossy_tolerance(self.store),
+                            element=self.spec.element_format.torch_dtype, clause=_CLAUSE,
+                            context=f"get({k!r}) after the model's last put (overwrites replace)")
         if "scales" in self.store.capabilities:
             assert_equal("(k_scale, v_scale)", (float_bits(got.k_scale), float_bits(got.v_scale)),
                          (float_bits(want.k_scale), float_bits(want.v_scale)), clause=_CLAUSE,
