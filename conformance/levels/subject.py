@@ -355,6 +355,9 @@ def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
 _UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
+PRESSURE_FACTOR = 3  # what a cache-pressure workload stores, in declared capacities (both levels)
+
+
 def parse_capacity(text: str) -> int | None:
     """The bytes of ``capacity=BYTES`` among declared capabilities (``capacity=2MiB``), or None."""
     found = None

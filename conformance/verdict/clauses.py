@@ -269,6 +269,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "others with vLLM's own prefix cache holding the shared part and the connector asked only for the "
            "rest (local and external hits in one request)",
            requires=_ACROSS, needs_load=True),
+    Clause("engine_cache_pressure", _ENGINE,
+           "a bounded cache (capacity=BYTES) filled three times over by one engine serves a fresh engine, asking "
+           "for every prompt again newest first, as the no-connector baseline serves them (bits): an evicted prompt "
+           "is recomputed, never served zeros or another's KV; a run that evicted nothing is Not exercised",
+           requires=_ACROSS | {"capacity"}, needs_load=True),
     Clause("engine_concurrent_requests", _ENGINE,
            "concurrent requests with shared and distinct prefixes load correctly: the same tokens, "
            "logprobs within the measured batch-composition tolerance (vLLM is not batch-invariant)",
@@ -306,7 +311,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "lifecycle": (
         "state_machine", "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill",
         "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
-        "api_connector_stats", "api_kv_events", "api_cache_pressure", "engine_cache_salt", "engine_lora_isolation",
+        "api_connector_stats", "api_kv_events", "api_cache_pressure", "engine_cache_pressure", "engine_cache_salt",
+        "engine_lora_isolation",
         "engine_abort", "engine_block_reuse"),
     "API requirements": ("api_requirements",),
 }

@@ -29,6 +29,7 @@ from conformance.levels.connector.scenarios import (
     unique_prompts,
 )
 from conformance.levels.connector.slots import by_block
+from conformance.levels.subject import PRESSURE_FACTOR
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, observe
 from conformance.verdict.status import NOT_EXERCISED_PREFIX, NOT_RUNNABLE_PREFIX
@@ -132,7 +133,6 @@ def test_mixed_hits(connector_api):
     observe("requests with local and external hits: " + "; ".join(judged))
 
 
-PRESSURE_FACTOR = 3  # the KV stored, in declared capacities
 PRESSURE_BATCH = 4  # prompts a phase admits together
 MAX_PRESSURE_PROMPTS = 48
 PRESSURE_PROMPT_BLOCKS = (2, 64)  # each prompt's length, in blocks, at least and at most

@@ -26,7 +26,13 @@ from conformance.contract.spec import same_width_twin
 from conformance.levels.engine import separate
 from conformance.levels.engine.baselines import BaselineStore
 from conformance.levels.engine.launch import EngineHost, EngineRun, run_engine, serving_engine
-from conformance.levels.subject import ConnectorChoice, LMCacheService, side_channel_ports, unreachable_storage
+from conformance.levels.subject import (
+    PRESSURE_FACTOR,
+    ConnectorChoice,
+    LMCacheService,
+    side_channel_ports,
+    unreachable_storage,
+)
 from conformance.stores.lmcache_forks import ForkServer
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.guard import HarnessError
@@ -78,6 +84,24 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
     }
 
 
+def pressure_batches(capacity: int, token_bytes: int, block_size: int) -> dict[str, dict[str, Any]] | str:
+    """Prompts that fill ``capacity`` bytes PRESSURE_FACTOR times over, stored one by one (``pressure``),
+    asked for again newest first (``pressure_again``); or
+    why a capacity that large cannot be filled here (at most MAX_PRESSURE_PROMPTS prompts)."""
+    low, high = PRESSURE_PROMPT_BLOCKS
+    blocks = min(high, max(low, capacity // (8 * token_bytes * block_size)))
+    length = blocks * block_size + 5
+    count = -(-PRESSURE_FACTOR * capacity // (length * token_bytes))
+    if count > MAX_PRESSURE_PROMPTS:
+        return (f"the declared capacity ({capacity} bytes) takes more than {MAX_PRESSURE_PROMPTS} prompts of {length} "
+                f"tokens ({length * token_bytes} bytes of KV each here) to fill {PRESSURE_FACTOR} times over: run the "
+                "connector with a smaller bound for this cell and declare that capacity")
+    rng = random.Random(f"pressure-{count}-{length}")
+    prompts = [[rng.randrange(VOCAB_LOW, VOCAB_HIGH) for _ in range(length)] for _ in range(count)]
+    return {"pressure": {"name": "pressure", "prompts": prompts},
+            "pressure_again": {"name": "pressure_again", "prompts": prompts[::-1]}}
+
+
 def _conversations(system: list[int], tokens: Callable[[int], list[int]]) -> list[list[int]]:
     first = system + tokens(41)
     return [first, system + tokens(97), first + tokens(40)]
@@ -103,6 +127,14 @@ STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase)
 # Conversations after one system prompt, stored and asked for by an engine pair of their own: a
 # connector that mishandles vLLM's own hits (which may kill the engine) fails engine_shared_prefix alone.
 PREFIX_ROLES = ("prefix_store", "prefix_load")
+# A bounded cache (capacity=BYTES) filled PRESSURE_FACTOR times over by one engine, every prompt then
+# asked for by a fresh one, newest first (``pressure_batches``). Whether a cache degrades to empty, not
+# to a miss, is the connector level's to judge (api_cache_pressure): a cache that evicts in the
+# background (LMCache's eviction controller, above a watermark) drops stores made while it is full,
+# and an engine asking again at once cannot tell that from degrading.
+PRESSURE_ROLES = ("pressure_store", "pressure_load")
+MAX_PRESSURE_PROMPTS = 48  # what one engine cell stores for it, at most
+PRESSURE_PROMPT_BLOCKS = (2, 16)  # each prompt's length, in blocks, at least and at most (the models' 1024 positions)
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
 COLD_ROLES = (SAME_ENGINE, "store", LORA, "reuse_store")  # the first engine over its (empty) storage
 # Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
@@ -111,7 +143,8 @@ COLD_ROLES = (SAME_ENGINE, "store", LORA, "reuse_store")  # the first engine ove
 # waits for another's; the cross-engine roles (store, load, the format twin, after a loss) share ACROSS.
 ACROSS = ""
 WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", **dict.fromkeys(PD_ROLES, "pd"),
-          **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix")}
+          **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix"),
+          **dict.fromkeys(PRESSURE_ROLES, "pressure")}
 
 
 def world_of(role: str) -> str:
@@ -121,7 +154,7 @@ def world_of(role: str) -> str:
 # The engines that read what another engine stored (or was handed: the P/D consumer), which in
 # production is a separately started process: they run in an interpreter of their own, started with
 # another hash seed than the cell's other engines (``separate``: another host, or fresh processes).
-SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "prefix_load", "consumer")
+SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "prefix_load", "pressure_load", "consumer")
 
 
 def side_of(role: str) -> str:
@@ -142,7 +175,8 @@ CACHED_AT = "_cached_"  # a baseline's engine with each prompt's first tokens in
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
 # before, on first use.
 SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
-               "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES}
+               "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES,
+               "engine_cache_pressure": PRESSURE_ROLES}
 # Every engine computes on one thread, as vLLM means its CPU engines to serve ("no steady-state CPU op
 # benefits from intra-op parallelism"; 0.32's worker blocks its own reduction to one): one thread count
 # for every engine a baseline is compared with, and two lanes' engines on two cores do not spin against
@@ -205,6 +239,15 @@ class EngineCell:
                 self.interpreters[separate.SECOND] = separate.interpreter_env(second.hash_seed, declared)
         self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
         self.batches = prompt_batches(block_size)
+        # A declared capacity sizes a cache-pressure workload (its baseline runs it too); None: no such
+        # workload (not declared), or why it cannot be sized here (``pressure_batches``).
+        self.pressure: str | None = None
+        if connector.capacity_bytes:
+            found = pressure_batches(connector.capacity_bytes, self._token_bytes(), block_size)
+            if isinstance(found, str):
+                self.pressure = found
+            else:
+                self.batches.update(found)
         self.runs: dict[str, EngineRun] = {}
         # LMCache's servers the suite starts, one per world (``server``), each forked from one process
         # that imported LMCache once (a world's server costs a fork, not an import); none for other connectors.
@@ -311,7 +354,8 @@ class EngineCell:
             return role if connected else None
 
         return {
-            "baseline": lambda: self._spec(dtype, None, [*load, "after_abort", "reused", "system"]),
+            "baseline": lambda: self._spec(dtype, None, [*load, "after_abort", "reused", "system",
+                                                         *(["pressure_again"] if "pressure" in self.batches else ())]),
             SAME_ENGINE: lambda: self._spec(dtype, using(SAME_ENGINE), [*STORED, "aborted", "tenant"],
                                             reload=[*load, "salted", "untenanted", "other_tenant", "after_abort"]),
             LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries", "adapter_stored"],
@@ -331,6 +375,8 @@ class EngineCell:
             "reuse_load": lambda: self._spec(dtype, "reuse_load", ["reused"]),
             "prefix_store": lambda: {**self._spec(dtype, using("prefix_store"), ["system"]), "drain": True},
             "prefix_load": lambda: self._spec(dtype, "prefix_load", ["system"]),
+            "pressure_store": lambda: {**self._spec(dtype, using("pressure_store"), ["pressure"]), "drain": True},
+            "pressure_load": lambda: self._spec(dtype, "pressure_load", ["pressure_again"]),
         }
 
     def tolerance(self, baseline: EngineRun, batch: str) -> Tolerance | None:
@@ -350,6 +396,15 @@ class EngineCell:
         if twin is None:
             raise NotRunnable(f"no format twin is defined for kv_cache_dtype={self.kv_cache_dtype!r}")
         return twin
+
+    def _token_bytes(self) -> int:
+        """Bytes of KV one token takes over every layer of the model, in the cell's kv_cache_dtype
+        (a sizing estimate: whether anything was evicted is read off the runs)."""
+        config = json.loads((self.model / "config.json").read_text())
+        head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+        element = 1 if self.kv_cache_dtype.startswith("fp8") else 2
+        return config["num_hidden_layers"] * 2 * heads * head * element
 
     def _model_dtype(self) -> str:
         """The model's dtype, what ``auto`` resolves to (a model directory without one is bfloat16)."""
@@ -379,7 +434,7 @@ class EngineCell:
     def _start(self, role: str) -> EngineRun:
         intact = ["store", "load", "twin_load"]
         needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact,
-                 "reuse_load": ["reuse_store"], "prefix_load": ["prefix_store"]}
+                 "reuse_load": ["reuse_store"], "prefix_load": ["prefix_store"], "pressure_load": ["pressure_store"]}
         for dep in needs.get(role, []):
             try:
                 self.run(dep)

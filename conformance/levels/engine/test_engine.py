@@ -29,7 +29,7 @@ from conformance.levels.engine.cell import (
     external_hits_of,
 )
 from conformance.levels.engine.child import DRAIN_S
-from conformance.levels.subject import cannot_run_here, missing_dependency, refuses_platform
+from conformance.levels.subject import PRESSURE_FACTOR, cannot_run_here, missing_dependency, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
 from conformance.verdict.guard import HarnessError
@@ -327,6 +327,28 @@ def test_engine_shared_prefix(cell):
                f"with conversations after a {SYSTEM_TOKENS}-token system prompt, engine B ({mixed} request(s) with "
                "local and external hits)")
     observe(f"{mixed} of {len(load.requests('system'))} conversations had local and external hits in one request")
+
+
+@clause("engine_cache_pressure")
+def test_engine_cache_pressure(cell):
+    cid = "engine_cache_pressure"
+    if cell.pressure is not None:
+        _not_runnable(NotRunnable(cell.pressure))
+    base = _baseline(cell)
+    _connector_run(cell, "pressure_store", cid)
+    load = _connector_run(cell, "pressure_load", cid)
+    prompts = cell.batches["pressure"]["prompts"]
+    what = (f"{len(prompts)} prompts of {len(prompts[0])} tokens, {PRESSURE_FACTOR} times the declared capacity of "
+            f"{cell.connector.capacity_bytes} bytes, stored one by one by engine A and asked for again by engine B, "
+            "newest first")
+    _identical(cell, load, base, ["pressure_again"], cid, f"with {what}, engine B")
+    loaded = [external_hits_of(r) for r in load.requests("pressure_again")]
+    whole = max(loaded)
+    missed = sum(n < whole for n in loaded)
+    if not missed:
+        pytest.skip(f"{NOT_EXERCISED_PREFIX}with {what}, every prompt loaded back whole: nothing was evicted (is the "
+                    "declared capacity what the connector's configuration holds?)")
+    observe(f"{missed} of {len(loaded)} prompts evicted or partly missed, {len(loaded) - missed} loaded whole")
 
 
 @clause("engine_concurrent_requests")

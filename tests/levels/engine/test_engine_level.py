@@ -395,3 +395,17 @@ def test_a_connector_that_refuses_the_other_format_cleanly_passes_format_isolati
     run = engine_suite(run_suite, "conformance.zoo.good.format_refusing:FormatRefusingConnector", ZOO_DTYPE,
                        "-k", "format_isolation or store_then_load")
     assert run.statuses() == {"engine_format_isolation": "Pass", "engine_store_then_load": "Pass"}, run.output[-4000:]
+
+
+@pytest.mark.parametrize("connector, status, says", [
+    ("conformance.zoo.good.bounded:BoundedConnector", "Pass", "prompts evicted or partly missed"),
+    # Its evicted entries' space is recycled (zeroed) while the lookup still finds them.
+    ("conformance.zoo.connectors.recycled_slot:RecycledSlotConnector", "Fail", "engine B differs from the no-connector"),
+])
+def test_a_bounded_cache_filled_three_times_over_serves_a_fresh_engine_right(run_suite, connector, status, says):
+    capacity = 4 << 20
+    run = engine_suite(run_suite, connector, "auto", f"--kv-connector-capabilities=persistent,capacity={capacity}",
+                       f'--kv-connector-extra-config={{"capacity_bytes": {capacity}}}', "-k", "cache_pressure",
+                       persistent=False)
+    (test,) = run.results["tests"]
+    assert test["status"] == status and says in test["message"], test
