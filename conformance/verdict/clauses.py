@@ -264,7 +264,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "stored prefix, load bit-identically",
            requires=_ACROSS, needs_load=True),
     Clause("engine_shared_prefix", _ENGINE,
-           "conversations that share a 773-token system prompt and differ after it, stored by one engine, are "
+           "conversations that share a system prompt of 4,098 tokens (773 on a model of 1,024 positions) and differ "
+           "after it, stored by one engine, are "
            "served by a fresh engine as the no-connector baseline serves them (bits): the first loaded whole, the "
            "others with vLLM's own prefix cache holding the shared part and the connector asked only for the "
            "rest (local and external hits in one request)",

@@ -44,8 +44,9 @@ class NotRunnable(Exception):
     """This platform or vLLM cannot run what the scenario needs; the reason is vLLM's own."""
 
 
-def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
-    """Prompts around block boundaries, one extending a stored prefix, and a concurrent batch."""
+def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024) -> dict[str, dict[str, Any]]:
+    """Prompts around block boundaries, one extending a stored prefix, a concurrent batch, and the
+    rest below; ``positions``: the model's, which bound the system prompt (``system_tokens``)."""
     rng = random.Random(seed)
 
     def tokens(n: int) -> list[int]:
@@ -80,7 +81,7 @@ def prompt_batches(block_size: int, seed: int = 0) -> dict[str, dict[str, Any]]:
         # Conversations after one long system prompt (drawn last, as above), one by one: a fresh engine
         # loads the first; for the others vLLM's own prefix cache holds the system prompt (and the
         # first conversation) and the connector is asked only for the rest (local and external hits).
-        "system": {"name": "system", "prompts": _conversations(tokens(SYSTEM_TOKENS), tokens)},
+        "system": {"name": "system", "prompts": _conversations(tokens(system_tokens(positions)), tokens)},
     }
 
 
@@ -113,9 +114,17 @@ def _tenant_batches(prompts: list[list[int]]) -> dict[str, dict[str, Any]]:
             "other_tenant": {"name": "other_tenant", "prompts": prompts, "cache_salt": THIRD_SALT}}
 
 
-# A system prompt as long as the tiny models' 1024 positions leave room for three conversations after
-# (whatever the block size): longer shared prefixes are the connector level's (api_shared_prefix).
-SYSTEM_TOKENS = 773
+# The shared system prompt: 4,098 tokens (a 4k prompt one past a block boundary) where the model's
+# positions leave room for the conversations after it (qwen3-tiny's 4,608), else as long as they
+# allow (773 on the 1,024-position models). Longer ones are the connector level's (api_shared_prefix).
+LONGEST_SYSTEM = 4098
+DEFAULT_MODEL_LEN = 1024  # an engine's max_model_len unless its prompts need more (the child's default)
+OUTPUT_ROOM = 16  # tokens an engine generates past a prompt, with room
+CONVERSATION_ROOM = 251  # the longest conversation's own tokens and its output, with room to spare
+
+
+def system_tokens(positions: int) -> int:
+    return min(LONGEST_SYSTEM, positions - CONVERSATION_ROOM)
 SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch (and of "tenant")
 THIRD_SALT = "kvconform-third-tenant"  # "tenant"'s prompts asked for by yet another tenant
 REUSED_BLOCKS = 5  # the blocks of each "reused" prompt; its store engine has one usable block more
@@ -170,6 +179,11 @@ OWN_SETTINGS = (LORA, "reuse_store")
 WITHOUT_CONNECTOR = "_without_connector"  # the role name of such an engine
 SPLIT_AT = "_split_at_"  # a baseline's engine with its prompts prefilled in chunks (references)
 CACHED_AT = "_cached_"  # a baseline's engine with each prompt's first tokens in its prefix cache (references)
+REPLAY = "_replayed"  # a load role's engine after its storing role's batches, no connector (references)
+STORED_MARK = "#stored"  # the storing role's batches, renamed in a replay
+# The role whose batches stored what a load role asks for (the same-engine role: its own first phase).
+STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "pressure_store",
+             SAME_ENGINE: SAME_ENGINE}
 # Roles no other role reads or damages the storage of (nor needs, but the one after it): with two
 # lanes they run on the second, beside the rest, once the baseline has shown vLLM runs the cell.
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
@@ -204,7 +218,7 @@ NOT_STARTED = "not started: "  # a role's run after another engine of the cell h
 
 def connected(role: str) -> bool:
     """Whether ``role``'s engine runs the connector (not a baseline, a control or a reference)."""
-    return role not in NO_CONNECTOR and all(mark not in role for mark in (WITHOUT_CONNECTOR, SPLIT_AT, CACHED_AT))
+    return role not in NO_CONNECTOR and all(mark not in role for mark in (WITHOUT_CONNECTOR, SPLIT_AT, CACHED_AT, REPLAY))
 
 
 class EngineCell:
@@ -238,7 +252,9 @@ class EngineCell:
             if second.handed and second.hash_seed:
                 self.interpreters[separate.SECOND] = separate.interpreter_env(second.hash_seed, declared)
         self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
-        self.batches = prompt_batches(block_size)
+        self.positions = int(json.loads((model / "config.json").read_text()).get("max_position_embeddings", 1024)) \
+            if (model / "config.json").is_file() else 1024
+        self.batches = prompt_batches(block_size, positions=self.positions)
         # A declared capacity sizes a cache-pressure workload (its baseline runs it too); None: no such
         # workload (not declared), or why it cannot be sized here (``pressure_batches``).
         self.pressure: str | None = None
@@ -335,6 +351,9 @@ class EngineCell:
                                 "block_size": self.block_size, "torch_threads": ENGINE_THREADS,
                                 "batches": [self.batches[b] for b in batches]
                                 + [{**self.batches[b], "phase": 1} for b in reload or []]}
+        longest = max((len(p) for b in spec["batches"] for p in b["prompts"]), default=0)
+        if longest + OUTPUT_ROOM > DEFAULT_MODEL_LEN:  # the long system prompt: as long as the model allows
+            spec["max_model_len"] = self.positions
         if role is not None:
             storage = self.storage_of(world_of(role))
             storage.mkdir(parents=True, exist_ok=True)
@@ -463,13 +482,20 @@ class EngineCell:
 
         return self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
 
-    def references(self, baseline: EngineRun, cached: int, prompt_len: int) -> list[Reference]:
+    def references(self, baseline: EngineRun, cached: int, prompt_len: int, loaded: str | None = None
+                   ) -> list[Reference]:
         """vLLM's own outputs, no connector, for ``baseline``'s prompts with their first ``cached``
         tokens not computed, as a load of that many tokens has vLLM compute the rest (``compare_runs``):
-        those tokens in vLLM's own prefix cache (a hit is a whole number of blocks), and, where the
-        rest is at most ``cached``, the prompt prefilled in chunks of ``cached`` (a load that is no
-        whole number of blocks). Engines shared like the baselines, started on first ask."""
+        the storing engine's batches then ``loaded``'s, in one engine, its own prefix cache in the
+        connector's place (the stored KV computed exactly as the storing engine computed it: on a
+        long prompt a token's KV depends on the computation it was part of); those tokens alone in
+        vLLM's own prefix cache (a hit is a whole number of blocks); and, where the rest is at most
+        ``cached``, the prompt prefilled in chunks of ``cached`` (a load that is no whole number of
+        blocks). Engines shared like the baselines, started on first ask."""
         found = []
+        if cached % self.block_size == 0 and loaded in STORED_BY:
+            found.append(Reference(f"vLLM's own output with engine {STORED_BY[loaded]}'s prompts in its own prefix "
+                                   "cache", self._replay(loaded), from_cache=True))
         if cached % self.block_size == 0:
             found.append(Reference(f"vLLM's own output with its first {cached} tokens in vLLM's prefix cache",
                                    self._reference(baseline, CACHED_AT, cached, "cached_prefix"), from_cache=True))
@@ -477,6 +503,25 @@ class EngineCell:
             found.append(Reference(f"vLLM's own output with the first {cached} tokens computed apart",
                                    self._reference(baseline, SPLIT_AT, cached, "prefill_chunk"), from_cache=False))
         return found
+
+    def _replay(self, loaded: str) -> EngineRun | None:
+        """The storing role's batches, then ``loaded``'s, in one engine without the connector or a
+        prefix-cache reset: what a connector that loads exactly vLLM's own hits would have it serve.
+        The stored batches are renamed (``STORED_MARK``): ``loaded``'s keep their names."""
+        name = f"{loaded}{REPLAY}"
+        if name not in self.runs:
+            roles = self._roles(connected=False)
+            store, load = roles[STORED_BY[loaded]](), roles[loaded]()
+            stored = [{**b, "name": b["name"] + STORED_MARK, "phase": 0} for b in store["batches"]
+                      if b.get("phase", 0) == 0]
+            asked = [{**b, "phase": 0} for b in load["batches"] if b.get("phase", 0) == (1 if loaded == SAME_ENGINE else 0)]
+            spec = {**load, "batches": stored + asked, "max_model_len": max(store.get("max_model_len", DEFAULT_MODEL_LEN),
+                                                                               load.get("max_model_len", DEFAULT_MODEL_LEN))}
+            for key in ("connector", "drain", "lora_adapter"):
+                spec.pop(key, None)
+            self.runs[name] = self._launch(spec, name, shared=True)
+        run = self.runs[name]
+        return run if run.ok else None
 
     def _reference(self, baseline: EngineRun, mark: str, cached: int, setting: str) -> EngineRun | None:
         name = f"{baseline.role}{mark}{cached}"

@@ -21,12 +21,12 @@ from conformance.levels.engine.cell import (
     SALT,
     SAME_ENGINE,
     STORED,
-    SYSTEM_TOKENS,
     THIRD_SALT,
     NotRunnable,
     compare_runs,
     external_hits,
     external_hits_of,
+    system_tokens,
 )
 from conformance.levels.engine.child import DRAIN_S
 from conformance.levels.subject import PRESSURE_FACTOR, cannot_run_here, missing_dependency, refuses_platform
@@ -125,7 +125,8 @@ def _identical(cell, got, want, batches, clause_id, what, skip_failed=False):
     failed (finish_reason "error"): a clear failure, not an output."""
     count_load(sum(external_hits(got, b) for b in batches))
     problems = [p for b in batches for p in compare_runs(got, want, b, cell.tolerance(want, b), skip_failed,
-                                                         references=lambda n, length: cell.references(want, n, length))]
+                                                         references=lambda n, length: cell.references(
+                                                             want, n, length, loaded=got.role))]
     if problems:
         raise ClauseViolation(clause_id, f"{what} differs from the no-connector baseline in "
                                          f"{len(problems)} request(s): " + "; ".join(problems[:3]))
@@ -324,7 +325,8 @@ def test_engine_shared_prefix(cell):
     load = _connector_run(cell, "prefix_load", cid)
     mixed = sum(0 < external_hits_of(r) < r["num_cached_tokens"] for r in load.requests("system"))
     _identical(cell, load, base, ["system"], cid,
-               f"with conversations after a {SYSTEM_TOKENS}-token system prompt, engine B ({mixed} request(s) with "
+               f"with conversations after a {system_tokens(cell.positions)}-token system prompt, engine B ({mixed} "
+               "request(s) with "
                "local and external hits)")
     observe(f"{mixed} of {len(load.requests('system'))} conversations had local and external hits in one request")
 
