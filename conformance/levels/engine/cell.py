@@ -686,6 +686,20 @@ MLA_CPU_LOGPROB_TOLERANCE = 0.05
 BATCH_COMPOSITION_LOGPROB_TOLERANCE = 0.1
 
 
+# A long prefix loaded at a connector's own granularity (LMCache's chunks of two blocks) holds KV
+# computed as the storing engine computed it, which no engine of vLLM alone reproduces exactly, and
+# on some CPUs a token's KV bits depend on the computation it was part of. Measured with no connector
+# (benchmarks/prefix_history_noise.py, benchmarks/results/prefix_history_noise.json: the engine
+# level's conversations after a 4,098-token system prompt, their first 4,032-4,192 tokens computed
+# apart, AMX machine, auto and fp8_e5m2): a logprob moves by at most 0.032, never a token. Applied
+# only to a load of at least LONG_PREFIX tokens whose bits match none of vLLM's own references, with a
+# 3x margin (wrong KV for even one block moves a first token, as FirstLoadOnlyConnector's does):
+PREFIX_HISTORY_LOGPROB_TOLERANCE = 0.1
+LONG_PREFIX = 1024
+PREFIX_HISTORY = Tolerance(PREFIX_HISTORY_LOGPROB_TOLERANCE, "the long-prefix tolerance: no engine of vLLM alone "
+                           "computes a prefix exactly as the storing engine did")
+
+
 def comparison_tolerance(run: EngineRun, batch: dict[str, Any]) -> Tolerance | None:
     """None (compare bits) unless vLLM's own output for ``batch`` is not bit-reproducible across a
     load: MLA on CPU, or requests submitted together (their batch composition is the engine's)."""
@@ -743,12 +757,17 @@ def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Toleran
             held = [(ref, ref.request(batch, i, cached)) for ref in found]
             if any(r is not None and not bits_differ(g, r) for _, r in held):
                 continue
+            loose = within_tolerance(g["steps"], w["steps"], PREFIX_HISTORY) if cached >= LONG_PREFIX else None
+            if cached >= LONG_PREFIX and loose is None:
+                continue
             ran = [ref.what for ref, r in held if r is not None]
             unrun = [ref.what for ref, r in held if r is None]
             if ran:
                 problem += ", nor is it " + " or ".join(ran)
             if unrun:
                 problem += f" ({' or '.join(unrun)} could not be run here)"
+            if loose is not None:
+                problem += f"; nor within {PREFIX_HISTORY_LOGPROB_TOLERANCE:g} of it: {loose}"
         if problem:
             problems.append(f"{where}: {problem}")
     return problems

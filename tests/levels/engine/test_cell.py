@@ -323,3 +323,29 @@ def test_each_lane_binds_its_engines_workers_to_a_core_of_its_own(monkeypatch):
         assert lane.submit(lane_binding).result() == {BIND: "0"}  # one core: both lanes on it
     monkeypatch.setenv(BIND, "nobind")
     assert lane_binding() == {}  # the user's choice stands
+
+
+def test_a_long_prefix_no_reference_reproduces_is_held_to_the_measured_long_prefix_tolerance():
+    """A load of at least LONG_PREFIX tokens whose bits match no reference (vLLM alone cannot compute
+    the stored KV as the storing engine did): within the measured tolerance passes, past it fails
+    and says so; a short prefix is never given the tolerance."""
+    from conformance.levels.engine.cell import LONG_PREFIX, PREFIX_HISTORY_LOGPROB_TOLERANCE
+
+    near = [step(7, -1.0 - PREFIX_HISTORY_LOGPROB_TOLERANCE / 2, t9=-2.0), *BASE[1:]]
+    far = [step(7, -1.0 - 2 * PREFIX_HISTORY_LOGPROB_TOLERANCE, t9=-2.0), *BASE[1:]]
+    none = lambda n, length: []  # noqa: E731
+
+    def loaded(steps: list[dict], cached: int) -> EngineRun:
+        got = run(steps)
+        got.result["requests"][0].update(prompt_len=cached + 40, num_cached_tokens=cached)
+        return got
+
+    def base(cached: int) -> EngineRun:
+        want = run(BASE)
+        want.result["requests"][0].update(prompt_len=cached + 40)
+        return want
+
+    assert compare_runs(loaded(near, LONG_PREFIX), base(LONG_PREFIX), "b", references=none) == []
+    (problem,) = compare_runs(loaded(far, LONG_PREFIX), base(LONG_PREFIX), "b", references=none)
+    assert f"nor within {PREFIX_HISTORY_LOGPROB_TOLERANCE:g} of it" in problem and "long-prefix tolerance" in problem
+    assert len(compare_runs(loaded(near, LONG_PREFIX - 32), base(LONG_PREFIX - 32), "b", references=none)) == 1

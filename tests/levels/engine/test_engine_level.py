@@ -26,8 +26,7 @@ FP8_NOT_HERE = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
 # concurrent batch's tolerance widest), else the model's own.
 ZOO_DTYPE = "fp8_e5m2" if FP8_KV_RUNS_HERE else "auto"
 PASSING = {"engine_same_engine_reload", "engine_store_then_load", "engine_effective_dtype",
-           "engine_block_boundaries", "engine_shared_prefix", "engine_concurrent_requests", "engine_abort",
-           "engine_block_reuse"}
+           "engine_block_boundaries", "engine_concurrent_requests", "engine_abort", "engine_block_reuse"}
 ACROSS = {c.id for c in CLAUSES.values() if c.level == "engine" and "persistent" in c.requires}
 PD = {c.id for c in CLAUSES.values() if c.level == "engine" and "pd" in c.requires}
 ENGINE_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "engine"}
@@ -66,6 +65,10 @@ def test_example_connector(run_suite, dtype):
     assert statuses["engine_format_isolation"] == "Fail"
     (iso,) = [t for t in run.results["tests"] if t["clause"] == "engine_format_isolation"]
     symptom = "was served" if dtype.startswith("fp8") else "crashed instead of missing"
+    # It saves a prompt at its first chunk and claims the whole: a 4k-token system prompt, which the
+    # engine prefills in chunks, is loaded with a shape mismatch (api_chunked_prefill's bug, in an engine).
+    (shared,) = [t for t in run.results["tests"] if t["clause"] == "engine_shared_prefix"]
+    assert shared["status"] == "Fail" and "shape mismatch" in shared["message"], shared
     # Its engine over truncated files dies before serving a request (below): no output compared.
     (lost,) = [t for t in run.results["tests"] if t["clause"] == "engine_lost_storage"]
     assert lost["status"] == "Not exercised" and "died before serving a request" in lost["message"], lost
@@ -95,7 +98,8 @@ def test_lmcache_mp_connector_with_its_real_server(run_suite, dtype):
     # baseline's; compared as bits, that once failed a clause in CI in four runs (a decode step 3
     # bits off, no connector needed: benchmarks/batch_composition_noise.py). Now within tolerance.
     # A restarted server has lost its store: the load misses and vLLM recomputes, under either policy.
-    survives = PASSING | {"engine_lost_storage", "engine_load_failure_recompute", "engine_cache_salt"}
+    survives = PASSING | {"engine_lost_storage", "engine_load_failure_recompute", "engine_cache_salt",
+                          "engine_shared_prefix"}
     assert {c for c in survives if statuses.get(c) != "Pass"} == set(), run.output[-4000:]
     # Its key takes the cache_salt but not the LoRA adapter (LMCache's adapter takes no LoRA id).
     assert statuses["engine_lora_isolation"] == "Fail", run.output[-4000:]
