@@ -17,6 +17,9 @@ from conformance.levels.engine.cell import (
     COLD_ROLES,
     LORA,
     OWN_SETTINGS,
+    PREFIX_ROLES,
+    PRESSURE_ROLES,
+    REUSE_ROLES,
     REUSED_BLOCKS,
     SALT,
     SAME_ENGINE,
@@ -144,11 +147,11 @@ def _why_nothing_loaded(cell) -> str:
             "found none of those prompts for engine B: it saved nothing it could find again")
 
 
-def _stored_then_loaded(cell, clause_id):
-    """(baseline, load) runs, after the store engine ran; Not runnable when vLLM cannot run the cell."""
+def _stored_then_loaded(cell, clause_id, pair=("store", "load")):
+    """(baseline, load) runs, after the ``pair``'s store engine ran; Not runnable when vLLM cannot run the cell."""
     base = _baseline(cell)
-    _connector_run(cell, "store", clause_id)
-    return base, _connector_run(cell, "load", clause_id)
+    _connector_run(cell, pair[0], clause_id)
+    return base, _connector_run(cell, pair[1], clause_id)
 
 
 @clause("engine_same_engine_reload")
@@ -250,9 +253,7 @@ def test_engine_store_then_load(cell):
 @clause("engine_block_reuse")
 def test_engine_block_reuse(cell):
     cid = "engine_block_reuse"
-    base = _baseline(cell)
-    _connector_run(cell, "reuse_store", cid)
-    load = _connector_run(cell, "reuse_load", cid)
+    base, load = _stored_then_loaded(cell, cid, REUSE_ROLES)
     prompts = len(cell.batches["reused"]["prompts"])
     _identical(cell, load, base, ["reused"], cid,
                f"a fresh engine's reload ({external_hits(load, 'reused'):g} external hit tokens) of {prompts} "
@@ -320,14 +321,11 @@ def test_engine_block_boundaries(cell):
 @clause("engine_shared_prefix")
 def test_engine_shared_prefix(cell):
     cid = "engine_shared_prefix"
-    base = _baseline(cell)
-    _connector_run(cell, "prefix_store", cid)
-    load = _connector_run(cell, "prefix_load", cid)
+    base, load = _stored_then_loaded(cell, cid, PREFIX_ROLES)
     mixed = sum(0 < external_hits_of(r) < r["num_cached_tokens"] for r in load.requests("system"))
     _identical(cell, load, base, ["system"], cid,
                f"with conversations after a {system_tokens(cell.positions)}-token system prompt, engine B ({mixed} "
-               "request(s) with "
-               "local and external hits)")
+               "request(s) with local and external hits)")
     observe(f"{mixed} of {len(load.requests('system'))} conversations had local and external hits in one request")
 
 
@@ -336,9 +334,7 @@ def test_engine_cache_pressure(cell):
     cid = "engine_cache_pressure"
     if cell.pressure is not None:
         _not_runnable(NotRunnable(cell.pressure))
-    base = _baseline(cell)
-    _connector_run(cell, "pressure_store", cid)
-    load = _connector_run(cell, "pressure_load", cid)
+    base, load = _stored_then_loaded(cell, cid, PRESSURE_ROLES)
     prompts = cell.batches["pressure"]["prompts"]
     what = (f"{len(prompts)} prompts of {len(prompts[0])} tokens, {PRESSURE_FACTOR} times the declared capacity of "
             f"{cell.connector.capacity_bytes} bytes, stored one by one by engine A and asked for again by engine B, "
