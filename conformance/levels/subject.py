@@ -17,6 +17,9 @@ from conformance.stores.lmcache_forks import ForkServer
 from conformance.stores.lmcache_server import LMCacheServer
 
 STORAGE = "{storage}"  # in a connector's extra config: the private directory the suite gives each run
+# ... and a name private to it, for what a daemon the connector talks to keys its state by (a
+# namespace, a key prefix, a bucket): the same for the engines or pairs that share that storage.
+NAMESPACE = "{namespace}"
 
 # What a connector may declare about itself (never guessed from its name): clauses that need a
 # capability are Disabled, not failed, for a connector that does not declare it.
@@ -397,10 +400,18 @@ def implied(capabilities: frozenset[str]) -> frozenset[str]:
     return capabilities if "pd" in capabilities else capabilities | {"cache"}
 
 
+def namespace_of(storage: str) -> str:
+    """The run's namespace: a name derived from its private storage directory (``{namespace}``)."""
+    import hashlib
+
+    return "kvconform-" + hashlib.sha256(storage.encode()).hexdigest()[:16]
+
+
 def with_storage(value: Any, storage: str) -> Any:
-    """``value`` with every ``{storage}`` in its strings replaced, recursively through lists and dicts."""
+    """``value`` with every ``{storage}`` and ``{namespace}`` in its strings replaced, recursively
+    through lists and dicts."""
     if isinstance(value, str):
-        return value.replace(STORAGE, storage)
+        return value.replace(STORAGE, storage).replace(NAMESPACE, namespace_of(storage))
     if isinstance(value, list):
         return [with_storage(v, storage) for v in value]
     if isinstance(value, dict):

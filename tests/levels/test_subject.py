@@ -201,3 +201,13 @@ def test_unreachable_storage_says_what_would_reach_it():
     named = ConnectorChoice.parse("X", '{"path": "{storage}/kv"}')
     assert "puts '{storage}' in it, but no file was written" in unreachable_storage(named)
     assert "put '{storage}' where its extra config names a place" in unreachable_storage(ConnectorChoice.parse("X"))
+
+
+def test_a_daemon_backed_connector_gets_a_namespace_private_to_each_run():
+    """'{namespace}': one name per run's storage, the same for every engine or pair sharing it."""
+    choice = ConnectorChoice.parse("Daemon", '{"socket": "/run/kvd.sock", "namespace": "{namespace}", '
+                                             '"tiers": [{"prefix": "{namespace}/l2"}]}')
+    a, again, b = (choice.transfer_config({}, s)["kv_connector_extra_config"] for s in ("/run/1", "/run/1", "/run/2"))
+    assert a == again and a["namespace"] != b["namespace"] and a["namespace"].startswith("kvconform-")
+    assert a["tiers"] == [{"prefix": f"{a['namespace']}/l2"}] and a["socket"] == "/run/kvd.sock"
+    assert "shared_storage_path" not in a  # it names a place of its own: no default given
