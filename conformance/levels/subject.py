@@ -195,6 +195,7 @@ def cannot_run_here(label: str, error: str) -> str:
 TRANSFER_FIELD_NAMES = ("kv_load_failure_policy", "kv_buffer_size", "kv_buffer_device", "kv_port", "kv_ip",
                         "kv_rank", "kv_parallel_size", "engine_id", "enable_permute_local_kv")
 _EXTRA_CONFIG_WORDS = re.compile(r"extra[_ ]config|KeyError", re.IGNORECASE)
+_SAYS_NOTHING = re.compile(r"\b\w+(?:Error|Exception): ?\)?$")  # an exception raised with no message
 
 
 def _advice(error: str) -> str:
@@ -204,6 +205,8 @@ def _advice(error: str) -> str:
         return f"; if it needs another {field}, pass --kv-transfer-config {field}=VALUE"
     if _EXTRA_CONFIG_WORDS.search(error):
         return "; if it needs configuration, pass it with --kv-connector-extra-config"
+    if _SAYS_NOTHING.search(error.strip()):
+        return "; it raised with no message: if it needs configuration, pass it with --kv-connector-extra-config"
     return ""
 
 

@@ -40,7 +40,8 @@ def test_each_engine_cell_runs_on_a_host_handed_to_it_and_none_outlives_the_run(
         assert timings["second_engine_host"].get("handed") is True and "failed" not in timings["second_engine_host"]
         assert timings["second_engine_host"]["hash_seed"] != timings["engine_host"]["hash_seed"]
         assert Status.ERROR.value not in doc["summary"], json.dumps(doc["summary"])
-        assert doc["summary"].get(Status.PASS.value, 0) >= 8  # the engine clauses ExampleConnector passes
+        # the 7 engine clauses ExampleConnector passes (tests/levels/engine/test_engine_level.py: PASSING)
+        assert doc["summary"].get(Status.PASS.value, 0) >= 7
     assert sorted(p.name for p in (tmp_path / "results").glob("*.host*.log")) == sorted(
         f"{c.file_stem}.host{side}.log" for c in cells for side in ("", "-second"))
     assert not (tmp_path / "results" / ".hosts").exists()
