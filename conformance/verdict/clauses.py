@@ -215,7 +215,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("engine_lora_isolation", _ENGINE,
            "one engine serving LoRA (enable_lora) that stored prompts for the base model and under an adapter "
            "that changes K and V, had its prefix cache reset and served them again across (base-model prompts "
-           "under the adapter, the adapter's for the base model) serves none of them as external hits, and "
+           "under the adapter, the adapter's for the base model and under a second adapter) serves none of them "
+           "as external hits, and "
            "still loads them for the base model",
            requires=_CACHE, needs_load=True),
     Clause("engine_store_then_load", _ENGINE,

@@ -78,6 +78,7 @@ def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024) -> dic
         # Adapters the other way: prompts stored under the LoRA adapter, asked for by the base model.
         "adapter_stored": {"name": "adapter_stored", "prompts": (adapter := [tokens(2 * bs + 7)]), "lora": True},
         "base_on_adapter": {"name": "base_on_adapter", "prompts": adapter},
+        "other_adapter": {"name": "other_adapter", "prompts": adapter, "lora": "b"},  # adapter A's, asked under B
         # Conversations after one long system prompt (drawn last, as above), one by one: a fresh engine
         # loads the first; for the others vLLM's own prefix cache holds the system prompt (and the
         # first conversation) and the connector is asked only for the rest (local and external hits).
@@ -378,7 +379,7 @@ class EngineCell:
             SAME_ENGINE: lambda: self._spec(dtype, using(SAME_ENGINE), [*STORED, "aborted", "tenant"],
                                             reload=[*load, "salted", "untenanted", "other_tenant", "after_abort"]),
             LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries", "adapter_stored"],
-                                        reload=["adapted", "base_on_adapter", "boundaries"]),
+                                        reload=["adapted", "base_on_adapter", "other_adapter", "boundaries"]),
                            "lora_adapter": str(self.workdir / "lora-adapter")},
             "store": lambda: {**self._spec(dtype, using("store"), STORED), "drain": True},
             "load": lambda: self._spec(dtype, "load", load),

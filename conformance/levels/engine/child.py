@@ -22,10 +22,10 @@ first batch of each later phase the engine's own prefix cache is reset (``reset_
 so what comes back in that phase comes back through the connector.
 Logprobs are recorded as ``float.hex`` strings: compared as bits, never as floats.
 
-A spec with ``lora_adapter`` (a directory) enables LoRA (``enable_lora``): the child writes a
-seeded rank-8 adapter there for the model's ``k_proj`` and ``v_proj`` (so it changes every layer's
-K and V) and loads it before the engine counts as started; a batch with ``"lora": true`` runs its
-requests under it.
+A spec with ``lora_adapter`` (a directory) enables LoRA (``enable_lora``): the child writes two
+seeded rank-8 adapters there (and beside it, ``-b``) for the model's ``k_proj`` and ``v_proj`` (so
+each changes every layer's K and V) and loads them before the engine counts as started; a batch
+with ``"lora": true`` runs its requests under the first, ``"lora": "b"`` under the second.
 
 A P/D producer's spec has ``kv_transfer_params`` (what every request carries: ``do_remote_decode``)
 and ``serve_until`` (a path): once its batches are done it writes RESULT.json, with the params
@@ -184,9 +184,9 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     )
     if spec.get("connector"):
         kwargs["kv_transfer_config"] = KVTransferConfig(**spec["connector"])
-    adapter = _lora_adapter(spec["model"], spec["lora_adapter"]) if spec.get("lora_adapter") else None
-    if adapter is not None:
-        kwargs.update(enable_lora=True, max_lora_rank=LORA_RANK, max_loras=1)
+    adapters = _lora_adapters(spec["model"], spec["lora_adapter"]) if spec.get("lora_adapter") else {}
+    if adapters:
+        kwargs.update(enable_lora=True, max_lora_rank=LORA_RANK, max_loras=len(adapters))
     from conformance.levels.releases import engine_settings
 
     result["engine_settings"] = engine_settings(result["vllm_version"], _device_type(), spec["kv_cache_dtype"])
@@ -205,7 +205,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     finally:
         logging.getLogger("vllm").removeHandler(heard)
         result["warnings"] = heard.lines
-    if adapter is not None:
+    for adapter in adapters.values():
         llm.llm_engine.add_lora(adapter)  # an adapter vLLM cannot load here fails the start, not a request
     result["t_engine_start_s"] = round(time.perf_counter() - t, 2)
     result["process"] = separate.identity()  # once the engine set vLLM's NONE_HASH
@@ -239,7 +239,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         pairs = list(zip(prompts, map(params, transfers)))
         groups = [pairs] if batch.get("together") else [[p] for p in pairs]
         idx = 0
-        lora = {"lora_request": adapter} if batch.get("lora") else {}
+        lora = {"lora_request": adapters["b" if batch["lora"] == "b" else "a"]} if batch.get("lora") else {}
         for g, group in enumerate(groups):
             if spec.get("cached_prefix"):  # a prefix-cache reference (cell.EngineCell.references)
                 _cache_prefixes(llm, [p for p, _ in group], spec["cached_prefix"], salt, lora)
@@ -283,9 +283,15 @@ LORA_RANK = 8
 DRAIN_S = 60.0  # how long a storing engine steps after its last batch for its saves to be reported
 
 
-def _lora_adapter(model: str, out: str) -> Any:
-    """A LoRARequest for a seeded rank-8 adapter on every layer's k_proj and v_proj of ``model``,
-    written to ``out`` in PEFT's format (the same bytes for the same model)."""
+def _lora_adapters(model: str, out: str) -> dict[str, Any]:
+    """Two adapters, "a" (written to ``out``) and "b" (beside it), each a seeded rank-8 adapter of its own."""
+    return {"a": _lora_adapter(model, out, 1, "kvconform-adapter"),
+            "b": _lora_adapter(model, out + "-b", 2, "kvconform-adapter-b")}
+
+
+def _lora_adapter(model: str, out: str, lora_id: int, lora_name: str) -> Any:
+    """A LoRARequest for a rank-8 adapter seeded by ``lora_id`` on every layer's k_proj and v_proj of
+    ``model``, written to ``out`` in PEFT's format (the same bytes for the same model and id)."""
     import torch
     from safetensors.torch import save_file
     from vllm.lora.request import LoRARequest
@@ -293,7 +299,7 @@ def _lora_adapter(model: str, out: str) -> Any:
     config = json.loads(open(os.path.join(model, "config.json")).read())
     hidden, kv_width = config["hidden_size"], config["num_key_value_heads"] * config.get(
         "head_dim", config["hidden_size"] // config["num_attention_heads"])
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator().manual_seed(lora_id - 1)
     tensors = {}
     for layer in range(config["num_hidden_layers"]):
         for proj in ("k_proj", "v_proj"):
@@ -306,7 +312,7 @@ def _lora_adapter(model: str, out: str) -> Any:
         json.dump({"peft_type": "LORA", "r": LORA_RANK, "lora_alpha": 2 * LORA_RANK, "bias": "none",
                    "target_modules": ["k_proj", "v_proj"], "task_type": "CAUSAL_LM",
                    "base_model_name_or_path": model}, f)
-    return LoRARequest("kvconform-adapter", 1, out)
+    return LoRARequest(lora_name, lora_id, out)
 
 
 def _abandon(llm: Any, batch: dict[str, Any], params: Any, timeout_s: float = 60.0) -> dict[str, Any]:

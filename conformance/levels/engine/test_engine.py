@@ -202,11 +202,14 @@ def test_engine_lora_isolation(cell):
     cid = "engine_lora_isolation"
     reload = _connector_run(cell, LORA, cid).phase(1)
     count_load(external_hits(reload, "boundaries"))
-    # Both ways: base-model prompts asked for under the adapter, and the adapter's asked for by the base model.
+    # Every way: base-model prompts asked for under the adapter, the adapter's asked for by the base model
+    # and under a second adapter.
     crossings = {"adapted": ("requests under a LoRA adapter", "only base-model requests had stored",
                              "the base model's KV"),
                  "base_on_adapter": ("base-model requests", "only requests under the LoRA adapter had stored",
-                                     "the adapter's KV")}
+                                     "the adapter's KV"),
+                 "other_adapter": ("requests under a second LoRA adapter", "only requests under the first adapter "
+                                   "had stored", "the first adapter's KV")}
     for batch, (who, stored, served) in crossings.items():
         hits = external_hits(reload, batch)
         if hits > 0:

@@ -182,6 +182,9 @@ def test_a_connector_that_forgets_an_aborted_request_is_flagged_through_the_engi
      {"engine_cache_salt": "for prompts only unsalted requests had stored"}),
     ("conformance.zoo.connectors.shared_pool_fallback:LoraFallbackConnector",
      {"engine_lora_isolation": "they were served the base model's KV"}),
+    # Keyed by whether a LoRA adapter is in use, not which: adapter A's prompts served under adapter B.
+    ("conformance.zoo.connectors.lora_flag_keyed:LoraFlagKeyedConnector",
+     {"engine_lora_isolation": "they were served the first adapter's KV"}),
 ])
 def test_tenants_are_kept_apart_both_ways(run_suite, connector, failing):
     """The tenant-keyed control passes engine_cache_salt and engine_lora_isolation asked both ways
