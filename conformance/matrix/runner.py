@@ -2,7 +2,8 @@
 
 A cell that crashes, hangs past its deadline or never writes results still yields a result
 file: every clause Error, with the reason and the tail of the log, so nothing disappears from
-the report. Results are keyed by cell and suite version: a rerun skips cells already done.
+the report. Results are keyed by cell and the suite's code (its version and files' hash): a rerun skips
+cells that code already did.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from conformance.matrix.definition import Cell
 from conformance.matrix.hosts import WarmHosts
 from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements
 from conformance.util import procs
+from conformance.util.identity import suite_digest
 from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry
@@ -44,13 +46,15 @@ def baselines_dir(results_dir: Path) -> Path:
 
 
 def is_done(path: Path) -> bool:
-    """A result of this suite version that ran: a placeholder (an excluded cell, a platform this
+    """A result of this suite's code (its version and the hash of its files: a result made before
+    the code changed is run again) that ran: a placeholder (an excluded cell, a platform this
     machine lacks) is written again or replaced by a run on the next pass."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    return (doc.get("suite_version") == __version__ and doc.get("schema") == results.SCHEMA
+    return (doc.get("suite_version") == __version__ and doc.get("suite_digest") == suite_digest()
+            and doc.get("schema") == results.SCHEMA
             and doc.get("cell", {}).get("ran", True))
 
 

@@ -10,6 +10,7 @@ directory has uncommitted changes, and a hash of that directory's files.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.util
 import subprocess
@@ -73,12 +74,24 @@ def _differs(path: Path, recorded: Any) -> bool:
     return digest != recorded.value
 
 
-def _source_tree(directory: Path) -> dict[str, Any]:
-    """A module in a source tree: its git commit and dirty flag, and a hash of its directory."""
+def tree_sha256(directory: Path) -> str:
+    """A hash of every file under ``directory`` (their paths and bytes; bytecode caches left out)."""
     tree = hashlib.sha256()
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         tree.update(str(path.relative_to(directory)).encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-    found: dict[str, Any] = {"source_tree": directory.name, "tree_sha256": tree.hexdigest()}
+    return tree.hexdigest()
+
+
+@functools.cache
+def suite_digest() -> str:
+    """The hash of this suite's own files as they run now: a result, or a shared baseline, made by
+    other code than this is not this code's (the version string alone does not change per commit)."""
+    return tree_sha256(Path(__file__).resolve().parents[1])
+
+
+def _source_tree(directory: Path) -> dict[str, Any]:
+    """A module in a source tree: its git commit and dirty flag, and a hash of its directory."""
+    found: dict[str, Any] = {"source_tree": directory.name, "tree_sha256": tree_sha256(directory)}
     head = _git(directory, "rev-parse", "HEAD")
     if head is None:
         return {**found, "git_commit": None,

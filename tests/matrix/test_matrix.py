@@ -527,7 +527,8 @@ def test_the_report_of_a_run_leaves_out_results_of_cells_the_matrix_no_longer_ha
 def test_kept_results_take_the_expectations_matrix_yaml_has_now(tmp_path):
     """Editing an expectation needs no rerun: a kept result is re-judged, from the suite's own verdicts."""
     cell = Cell("c", "store", (), Tier("quick", "ci", 60))
-    doc = {"suite_version": runner.__version__, "schema": runner.results.SCHEMA, "cell": {"wall_s": 1.0},
+    doc = {"suite_version": runner.__version__, "suite_digest": runner.suite_digest(), "schema": runner.results.SCHEMA,
+           "cell": {"wall_s": 1.0},
            **_doc({"shape_preserved": "Fail", "state_machine": "Pass", "dtype_preserved": "Fail"})}
     runner.apply_expectations(doc, cell)
     runner.results.write(runner.result_path(tmp_path, cell), doc)
@@ -577,3 +578,17 @@ def test_an_intermittent_expectation_from_matrix_yaml_never_turns_red_and_yields
                                                                  "engine_cache_salt": "XPass"}
     with pytest.raises(MatrixError, match="intermittent: expected true or false"):
         matrix.load(write(tmp_path, text.replace("intermittent: true", "intermittent: sometimes")))
+
+
+def test_a_result_made_by_other_code_is_run_again(tmp_path):
+    """A kept result counts as done only for the suite's code as it is now (its files' hash), not
+    just its version string, which stays the same from commit to commit."""
+    path = tmp_path / "c.json"
+    doc = {"suite_version": runner.__version__, "suite_digest": runner.suite_digest(), "schema": runner.results.SCHEMA,
+           "cell": {"wall_s": 1.0}, **_doc({"shape_preserved": "Pass"})}
+    runner.results.write(path, doc)
+    assert runner.is_done(path)
+    runner.results.write(path, {**doc, "suite_digest": "0" * 64})
+    assert not runner.is_done(path)
+    runner.results.write(path, {k: v for k, v in doc.items() if k != "suite_digest"})
+    assert not runner.is_done(path)

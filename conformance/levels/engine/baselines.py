@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conformance.levels.engine.launch import EngineRun
+from conformance.util.identity import suite_digest
 
 
 class BaselineStore:
@@ -31,7 +32,9 @@ class BaselineStore:
             raise ValueError("only no-connector runs are shared: a connector's run depends on its storage")
         # The path as given, never resolved: every venv's python is a symlink to the same base
         # interpreter, so resolving it would hand one stack's baselines to every other stack.
-        material = json.dumps({"spec": spec, "python": os.path.abspath(python)}, sort_keys=True)
+        # ... and the suite's code: the engine child that ran it (its spec keys) may have changed since.
+        material = json.dumps({"spec": spec, "python": os.path.abspath(python), "suite": suite_digest()},
+                              sort_keys=True)
         return hashlib.sha256(material.encode()).hexdigest()[:32]
 
     def get_or_run(self, spec: dict[str, Any], python: str, run: Callable[[], EngineRun]) -> EngineRun:
