@@ -266,7 +266,7 @@ def missing_dependency(label: str, error: str) -> str | None:
 
 def unreachable_storage(connector: ConnectorChoice) -> str:
     """Why the suite cannot damage what ``connector`` stored, and what would let it."""
-    if "{storage}" in json.dumps(connector.extra_config):
+    if STORAGE in json.dumps(connector.extra_config):
         return (f"the suite cannot reach the storage of {connector.label} to damage it: its extra config puts "
                 "'{storage}' in it, but no file was written under that directory (its KV lives elsewhere: a "
                 "server, memory); pass --kv-storage-hook to damage it where it lives")
@@ -306,7 +306,7 @@ def parse_transfer_fields(items: Iterable[str]) -> tuple[tuple[str, Any], ...]:
             found[name] = json.loads(value)
         except ValueError:
             found[name] = value
-    known = _transfer_config_fields()
+    known = _transfer_config_fields() if found else set()  # vLLM imported only to check fields given
     unknown = sorted(set(found) - known) if known else []
     if unknown:
         raise ValueError(f"--kv-transfer-config: vLLM's KVTransferConfig has no field {unknown[0]!r}; "

@@ -126,6 +126,8 @@ CONVERSATION_ROOM = 251  # the longest conversation's own tokens and its output,
 
 def system_tokens(positions: int) -> int:
     return min(LONGEST_SYSTEM, positions - CONVERSATION_ROOM)
+
+
 SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch (and of "tenant")
 THIRD_SALT = "kvconform-third-tenant"  # "tenant"'s prompts asked for by yet another tenant
 REUSED_BLOCKS = 5  # the blocks of each "reused" prompt; its store engine has one usable block more
@@ -253,8 +255,10 @@ class EngineCell:
             if second.handed and second.hash_seed:
                 self.interpreters[separate.SECOND] = separate.interpreter_env(second.hash_seed, declared)
         self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
-        self.positions = int(json.loads((model / "config.json").read_text()).get("max_position_embeddings", 1024)) \
-            if (model / "config.json").is_file() else 1024
+        # The model's config.json, read once (a model directory without one: vLLM's defaults apply).
+        self.model_config: dict[str, Any] = json.loads(config.read_text()) if (config := model / "config.json").is_file() \
+            else {}
+        self.positions = int(self.model_config.get("max_position_embeddings", DEFAULT_MODEL_LEN))
         self.batches = prompt_batches(block_size, positions=self.positions)
         # A declared capacity sizes a cache-pressure workload (its baseline runs it too); None: no such
         # workload (not declared), or why it cannot be sized here (``pressure_batches``).
@@ -420,7 +424,7 @@ class EngineCell:
     def _token_bytes(self) -> int:
         """Bytes of KV one token takes over every layer of the model, in the cell's kv_cache_dtype
         (a sizing estimate: whether anything was evicted is read off the runs)."""
-        config = json.loads((self.model / "config.json").read_text())
+        config = self.model_config
         head = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
         heads = config.get("num_key_value_heads") or config["num_attention_heads"]
         element = 1 if self.kv_cache_dtype.startswith("fp8") else 2
@@ -428,8 +432,7 @@ class EngineCell:
 
     def _model_dtype(self) -> str:
         """The model's dtype, what ``auto`` resolves to (a model directory without one is bfloat16)."""
-        config = self.model / "config.json"
-        dtype = json.loads(config.read_text()).get("torch_dtype") if config.is_file() else None
+        dtype = self.model_config.get("torch_dtype")
         return dtype if isinstance(dtype, str) else "bfloat16"
 
     def run(self, role: str) -> EngineRun:
@@ -496,13 +499,15 @@ class EngineCell:
         found = []
         if cached % self.block_size == 0 and loaded in STORED_BY:
             found.append(Reference(f"vLLM's own output with engine {STORED_BY[loaded]}'s prompts in its own prefix "
-                                   "cache", self._replay(loaded), from_cache=True))
+                                   "cache", lambda: self._replay(loaded), from_cache=True))
         if cached % self.block_size == 0:
             found.append(Reference(f"vLLM's own output with its first {cached} tokens in vLLM's prefix cache",
-                                   self._reference(baseline, CACHED_AT, cached, "cached_prefix"), from_cache=True))
+                                   lambda: self._reference(baseline, CACHED_AT, cached, "cached_prefix"),
+                                   from_cache=True))
         if prompt_len - cached <= cached:
             found.append(Reference(f"vLLM's own output with the first {cached} tokens computed apart",
-                                   self._reference(baseline, SPLIT_AT, cached, "prefill_chunk"), from_cache=False))
+                                   lambda: self._reference(baseline, SPLIT_AT, cached, "prefill_chunk"),
+                                   from_cache=False))
         return found
 
     def _replay(self, loaded: str) -> EngineRun | None:
@@ -613,9 +618,8 @@ class EngineCell:
     def keep_evidence(self, into: Path, base: Path) -> dict[str, Any]:
         """Copy what each engine of the cell logged (its last ``EVIDENCE_LOG_BYTES``, redacted) into
         ``into``, and return, per role, where that copy is (relative to ``base``, the results file's
-        directory) and what each request came to (prompt
-        length, cached and external hits, finish reason, tokens): what a user checks a verdict by,
-        kept past pytest's rotating temp directories."""
+        directory) and what each request came to (prompt length, cached and external hits, finish
+        reason, tokens): what a user checks a verdict by, kept past pytest's rotating temp directories."""
         from conformance.verdict.results import redact_text
 
         into.mkdir(parents=True, exist_ok=True)
@@ -717,14 +721,15 @@ def comparison_tolerance(run: EngineRun, batch: dict[str, Any]) -> Tolerance | N
 class Reference:
     """vLLM's own output, no connector, for prompts whose first tokens it did not compute."""
     what: str  # how vLLM was made to skip them, for the message
-    run: EngineRun | None  # None: vLLM would not run it here
+    run: Callable[[], EngineRun | None]  # its engine, started when first asked; None: vLLM would not run it here
     from_cache: bool  # skipped through vLLM's prefix cache: a request that missed it is no reference
 
     def request(self, batch: str, i: int, cached: int) -> dict[str, Any] | None:
         """Request ``i`` of ``batch`` if it is a reference for ``cached`` tokens not computed."""
-        if self.run is None:
+        run = self.run()
+        if run is None:
             return None
-        request = self.run.requests(batch)[i]
+        request = run.requests(batch)[i]
         return None if self.from_cache and request["num_cached_tokens"] != cached else request
 
 
@@ -754,9 +759,14 @@ def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Toleran
         problem = bits_differ(g, w)
         cached = not_computed(g)
         if problem and references is not None and 0 < cached:
-            found = references(cached, g["prompt_len"])
-            held = [(ref, ref.request(batch, i, cached)) for ref in found]
-            if any(r is not None and not bits_differ(g, r) for _, r in held):
+            held, matched = [], False  # each reference in turn: its engine starts only if the ones before differ
+            for ref in references(cached, g["prompt_len"]):
+                request = ref.request(batch, i, cached)
+                matched = request is not None and not bits_differ(g, request)
+                if matched:
+                    break
+                held.append((ref, request))
+            if matched:
                 continue
             loose = within_tolerance(g["steps"], w["steps"], PREFIX_HISTORY) if cached >= LONG_PREFIX else None
             if cached >= LONG_PREFIX and loose is None:
@@ -821,14 +831,12 @@ def within_tolerance(got: list[dict[str, Any]], want: list[dict[str, Any]], tole
         top_b = {int(t): float.fromhex(lp) for t, lp in b["top"]}
         lp_a, lp_b = float.fromhex(a["logprob"]), float.fromhex(b["logprob"])
         if a["token"] != b["token"]:
-            tie = (b["token"] in top_a and abs(top_a[b["token"]] - lp_a) <= limit
-                   and a["token"] in top_b and abs(top_b[a["token"]] - lp_b) <= limit)
-            if tie:
+            broken = _tie_broken(a, b, top_a, top_b, limit)
+            if broken is None:  # a near-tie: after it the decodes condition on different tokens
                 return None
             return (f"step {step} token {a['token']} (logprob {lp_a:.6g}), but the baseline chose {b['token']} "
                     f"(logprob {lp_b:.6g}), not a near-tie within {limit:g} ({tolerance.why}): a near-tie has each "
-                    f"run's token in the other's top-{len(top_b)} within {limit:g} of the token it chose; "
-                    + _tie_broken(a, b, top_a, top_b, limit))
+                    f"run's token in the other's top-{len(top_b)} within {limit:g} of the token it chose; " + broken)
         delta = abs(lp_a - lp_b)
         if not delta <= limit:  # NaN is never within
             return (f"step {step} logprob {lp_a:.6g}, but the baseline has {lp_b:.6g} "
@@ -837,15 +845,16 @@ def within_tolerance(got: list[dict[str, Any]], want: list[dict[str, Any]], tole
 
 
 def _tie_broken(a: dict[str, Any], b: dict[str, Any], top_a: dict[int, float], top_b: dict[int, float],
-                limit: float) -> str:
-    """Which half of the near-tie rule two diverging steps break, in numbers."""
+                limit: float) -> str | None:
+    """Which half of the near-tie rule two diverging steps break, in numbers; None where both hold
+    (each run's token in the other's top-k, within ``limit`` of the token that run chose)."""
     for other, top, chosen, who in ((b, top_a, a, "this run's"), (a, top_b, b, "the baseline's")):
         if other["token"] not in top:
             return f"the other's token {other['token']} is not in {who} top-{len(top)}"
         gap = abs(top[other["token"]] - float.fromhex(chosen["logprob"]))
         if gap > limit:
             return f"in {who} top-k the other's token {other['token']} is {gap:.3g} below the one it chose"
-    return "both halves hold"
+    return None
 
 
 def external_hits(run: EngineRun, batch: str | None = None) -> float:

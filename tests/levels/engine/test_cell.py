@@ -88,18 +88,19 @@ def test_bits_that_differ_only_where_vllm_computes_a_loaded_prompt_apart_match_v
     """A load of 32 tokens has vLLM compute the other 8 alone; where that changes vLLM's own bits (AMX),
     the prompt is held, bit for bit, to vLLM's own output with those 32 tokens in its prefix cache
     (or prefilled apart): the computation a load has it do."""
-    asked = []
+    asked, started = [], []
 
     def references(cached: int, prompt_len: int) -> list[Reference]:
         asked.append((cached, prompt_len))
-        return [Reference("vLLM's prefix cache", cache_hit(MOVED), from_cache=True),
-                Reference("vLLM's split", run(BASE), from_cache=False)]
+        return [Reference("vLLM's prefix cache", lambda: started.append("cache") or cache_hit(MOVED), from_cache=True),
+                Reference("vLLM's split", lambda: started.append("split") or run(BASE), from_cache=False)]
 
     assert compare_runs(run(MOVED), run(BASE), "b", references=references) == [] and asked == [(32, 40)]
+    assert started == ["cache"]  # the first reference matched: the split's engine is never started
     wrong = [step(7, -1.01, t9=-2.0), *BASE[1:]]  # other bits than every reference too: a Fail
     (problem,) = compare_runs(run(wrong), run(BASE), "b", references=references)
     assert "nor is it vLLM's prefix cache or vLLM's split" in problem
-    unrun = [Reference("vLLM's prefix cache", None, from_cache=True)]
+    unrun = [Reference("vLLM's prefix cache", lambda: None, from_cache=True)]
     (problem,) = compare_runs(run(wrong), run(BASE), "b", references=lambda n, length: unrun)
     assert "(vLLM's prefix cache could not be run here)" in problem
     # Equal bits ask for no reference; within a tolerance none is asked either.
@@ -112,7 +113,7 @@ def test_a_prefix_cache_reference_that_missed_vllms_cache_is_no_reference():
     """Its request must have hit exactly the tokens the load skipped: otherwise vLLM computed
     something else, and equal bits would prove nothing."""
     for hits in (0, 64):
-        refs = [Reference("vLLM's prefix cache", cache_hit(MOVED, hits), from_cache=True)]
+        refs = [Reference("vLLM's prefix cache", lambda hits=hits: cache_hit(MOVED, hits), from_cache=True)]
         (problem,) = compare_runs(run(MOVED), run(BASE), "b", references=lambda n, length: refs)
         assert "could not be run here" in problem
 
@@ -125,8 +126,13 @@ def test_vllms_own_references_are_asked_for_what_vllm_can_skip(tmp_path):
     launched = []
     cell._roles = lambda: {"baseline": lambda: {"batches": []}}
     cell._launch = lambda spec, name, shared: launched.append((name, spec)) or EngineRun(name, True, {})
-    kinds = {args: [r.from_cache for r in cell.references(EngineRun("baseline", True, {}), *args)]
+    found = {args: cell.references(EngineRun("baseline", True, {}), *args)
              for args in ((32, 40), (32, 80), (63, 64), (33, 80))}
+    assert launched == []  # no engine starts until a reference is asked
+    for refs in found.values():
+        for ref in refs:
+            ref.run()
+    kinds = {args: [r.from_cache for r in refs] for args, refs in found.items()}
     assert kinds == {(32, 40): [True, False], (32, 80): [True], (63, 64): [False], (33, 80): []}
     assert [(name, spec.get("cached_prefix"), spec.get("prefill_chunk")) for name, spec in launched] == [
         ("baseline_cached_32", 32, None), ("baseline_split_at_32", None, 32), ("baseline_split_at_63", None, 63)]
@@ -141,7 +147,7 @@ def test_a_pd_consumer_that_loaded_a_whole_prompt_is_held_to_vllm_computing_its_
     got = run(MOVED)
     got.result["requests"][0].update(num_cached_tokens=0, counters_delta={"external_prefix_cache_hits": 40.0})
     asked = []
-    split = [Reference("vLLM's split", run(MOVED), from_cache=False)]
+    split = [Reference("vLLM's split", lambda: run(MOVED), from_cache=False)]
     assert compare_runs(got, run(BASE), "b", references=lambda n, length: asked.append(n) or split) == []
     assert asked == [39]
 

@@ -6,6 +6,7 @@ layout knob and the KV cache allocator moved, which is what each era module supp
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from types import SimpleNamespace
@@ -255,6 +256,7 @@ def _long_prompts_allowed(allowed: bool) -> Iterator[None]:
 WORKER_CLS = re.compile(r"""worker_cls\s*=\s*["']([\w.]+)["']""")
 
 
+@functools.cache
 def platform_worker() -> str | None:
     """Import the module of the worker class this vLLM's platform runs (what its
     ``check_and_update_config`` assigns, read from its source: no config is touched), as a worker
