@@ -416,3 +416,12 @@ def test_a_bounded_cache_filled_three_times_over_serves_a_fresh_engine_right(run
                        persistent=False)
     (test,) = run.results["tests"]
     assert test["status"] == status and says in test["message"], test
+
+
+def test_a_key_over_the_first_1024_tokens_is_flagged_by_the_shared_system_prompt(run_suite):
+    """Conversations that share a 4,098-token system prompt share such a key: one conversation is
+    handed another's KV (here of another length, which the engine cannot even place); prompts shorter
+    than the cap keep keys of their own and load right."""
+    run = engine_suite(run_suite, "conformance.zoo.connectors.prefix_capped:PrefixCappedConnector", "auto",
+                       "-k", "shared_prefix or block_boundaries")
+    assert run.statuses() == {"engine_shared_prefix": "Fail", "engine_block_boundaries": "Pass"}, run.output[-4000:]
