@@ -135,8 +135,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            requires=_CACHE, needs_load=True),
     Clause("api_prompt_embeds", _CONNECTOR,
            "a prompt given as embeddings (prompt_embeds, no token ids) is never claimed for a request of "
-           "other embeddings or of token ids; the same embeddings load byte for byte; no hook raises on a "
-           "request without token ids",
+           "other embeddings or of token ids, nor a prompt of token ids for one of embeddings; the same "
+           "embeddings load byte for byte; no hook raises on a request without token ids",
            lossless=True, requires=_CACHE, needs_load=True),
     Clause("api_chunked_prefill", _CONNECTOR,
            "a prompt longer than the step's token budget (max_num_batched_tokens), prefilled in chunks, "
@@ -218,6 +218,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "under the adapter, the adapter's for the base model and under a second adapter) serves none of them "
            "as external hits, and "
            "still loads them for the base model",
+           requires=_CACHE, needs_load=True),
+    Clause("engine_prompt_embeds", _ENGINE,
+           "one engine serving prompts given as embeddings (enable_prompt_embeds) that stored one, had its "
+           "prefix cache reset and was asked across (other embeddings of the same length, the token ids vLLM "
+           "puts in their place, then embeddings after those token ids were stored) serves none of them as "
+           "external hits, and still loads the same embeddings",
            requires=_CACHE, needs_load=True),
     Clause("engine_store_then_load", _ENGINE,
            "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
@@ -314,7 +320,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "state_machine", "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill",
         "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
         "api_connector_stats", "api_kv_events", "api_cache_pressure", "engine_cache_pressure", "engine_cache_salt",
-        "engine_lora_isolation",
+        "engine_lora_isolation", "engine_prompt_embeds",
         "engine_abort", "engine_block_reuse"),
     "API requirements": ("api_requirements",),
 }

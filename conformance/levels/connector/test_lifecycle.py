@@ -57,18 +57,20 @@ def _stored_then_asked_again(api: ConnectorHarness, cid: str, seed: int, context
 
 
 def _tenants_apart(api: ConnectorHarness, cid: str, phases: list[Phase], owners: Collection[str], *, stored: str,
-                   others: str, harm: str, fix: str, context: str = "") -> tuple[Run, Run]:
-    """The lifetime's first and last passes, after checking that of the last pass's requests only
-    ``owners`` (the first pass's tenants again, each with its own prompt) were claimed anything: what
-    one tenant stored is never served to another (``stored``, ``others``: who they are, in words)."""
+                   others: str, harm: str, fix: str, context: str = "") -> list[Run]:
+    """The lifetime's passes, after checking that of the later passes' requests only ``owners`` (the
+    first pass's tenants again, each with its own prompt) were claimed anything: what one tenant
+    stored is never served to another (``stored``, ``others``: who they are, in words)."""
     with connector_faults_fail(cid, context):
-        first, *_, last = scenario_lifetime(api, phases)
-    leaked = {rid: n for rid, n in last.external_tokens.items() if n and rid not in owners}
-    if leaked:
-        length = len(phases[0].requests[0][1])
-        raise ClauseViolation(cid, f"{context}what was stored for {stored} ({length}-token prompts) was claimed "
-                                   f"for {others} ({leaked} tokens): {harm}. {fix} " + where(last, "reload by other tenants"))
-    return first, last
+        passes = scenario_lifetime(api, phases)
+    for later in passes[1:]:
+        leaked = {rid: n for rid, n in later.external_tokens.items() if n and rid not in owners}
+        if leaked:
+            length = len(phases[0].requests[0][1])
+            raise ClauseViolation(cid, f"{context}what was stored for {stored} ({length}-token prompts) was claimed "
+                                       f"for {others} ({leaked} tokens): {harm}. {fix} "
+                                  + where(later, "reload by other tenants"))
+    return passes
 
 
 @clause("api_cache_salt")
@@ -112,18 +114,23 @@ def test_lora_isolation(connector_api):
 def test_prompt_embeds(connector_api):
     cid = "api_prompt_embeds"
     ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=41)
-    # Every request of the second pass has the stored prompt's length: embeddings of another seed,
-    # the token ids vLLM itself puts where embeddings are (zeros), and the stored embeddings again.
-    embeds = {"embeds-a": 41, "embeds-b": 42, "embeds-a-again": 41}
+    # Every request has the stored prompt's length. The second pass: embeddings of another seed, the
+    # token ids vLLM itself puts where embeddings are (zeros), and the stored embeddings again; the
+    # third, once those zeros were stored as token ids: embeddings of a third seed (every way).
+    embeds = {"embeds-a": 41, "embeds-b": 42, "embeds-a-again": 41, "embeds-c": 43}
+    zeros = [0] * len(ps.stored)
     phases = [Phase([("embeds-a", ps.stored)], seeded_fill(41), embeds=embeds),
-              Phase([("embeds-b", ps.stored), ("token-ids", [0] * len(ps.stored)), ("embeds-a-again", ps.stored)],
-                    seeded_fill(42), embeds=embeds)]
+              Phase([("embeds-b", ps.stored), ("token-ids", zeros), ("embeds-a-again", ps.stored)],
+                    seeded_fill(42), embeds=embeds),
+              Phase([("embeds-c", ps.stored), ("token-ids-again", zeros)], seeded_fill(43), embeds=embeds)]
     context = "with prompts given as embeddings (prompt_embeds, no token ids): "
-    stored, again = _tenants_apart(
-        connector_api, cid, phases, {"embeds-a-again"}, context=context, stored="one prompt's embeddings",
+    stored, again, _ = _tenants_apart(
+        connector_api, cid, phases, {"embeds-a-again", "token-ids-again"}, context=context,
+        stored="one prompt's embeddings, then for a prompt of token ids",
         others="a request of other embeddings, or of the token ids vLLM puts in their place",
         harm="keyed by token ids, every embeddings prompt of a length is one key",
-        fix="Key stored KV by the embeddings too (vLLM puts their hash in the block hashes)")
+        fix="Key stored KV by the embeddings too (vLLM puts their hash in the block hashes), and never fall back "
+            "to the token ids' KV on a miss")
     _bytes_back(cid, stored, "embeds-a", again, "embeds-a-again", context + "the same embeddings asked for again")
 
 

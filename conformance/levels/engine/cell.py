@@ -79,6 +79,8 @@ def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024) -> dic
         "adapter_stored": {"name": "adapter_stored", "prompts": (adapter := [tokens(2 * bs + 7)]), "lora": True},
         "base_on_adapter": {"name": "base_on_adapter", "prompts": adapter},
         "other_adapter": {"name": "other_adapter", "prompts": adapter, "lora": "b"},  # adapter A's, asked under B
+        # Prompts given as embeddings (drawn last, as above: lengths only, the child draws the embeddings).
+        **_embeds_batches(2 * bs + 7),
         # Conversations after one long system prompt (drawn last, as above), one by one: a fresh engine
         # loads the first; for the others vLLM's own prefix cache holds the system prompt (and the
         # first conversation) and the connector is asked only for the rest (local and external hits).
@@ -109,6 +111,22 @@ def _conversations(system: list[int], tokens: Callable[[int], list[int]]) -> lis
     return [first, system + tokens(97), first + tokens(40)]
 
 
+def _embeds_batches(length: int) -> dict[str, dict[str, Any]]:
+    """Prompts given as embeddings (``"embeds"``: each prompt's seed; no token ids, vLLM puts zeros in
+    their place) crossed with token ids every way: another prompt's embeddings and the zeros asked
+    for after one was stored, then embeddings asked for after the zeros were stored (by the phase
+    before). The same embeddings asked for again are the same tenant: they still load."""
+    zeros = [[0] * length]
+    return {"embeds_stored": {"name": "embeds_stored", "prompts": zeros, "embeds": [EMBEDS_SEEDS[0]]},
+            "other_embeds": {"name": "other_embeds", "prompts": zeros, "embeds": [EMBEDS_SEEDS[1]]},
+            "embeds_as_tokens": {"name": "embeds_as_tokens", "prompts": zeros},
+            "embeds_again": {"name": "embeds_again", "prompts": zeros, "embeds": [EMBEDS_SEEDS[0]]},
+            "tokens_as_embeds": {"name": "tokens_as_embeds", "prompts": zeros, "embeds": [EMBEDS_SEEDS[2]]}}
+
+
+EMBEDS_SEEDS = (1, 2, 3)  # the seeds of the three prompts given as embeddings
+
+
 def _tenant_batches(prompts: list[list[int]]) -> dict[str, dict[str, Any]]:
     return {"tenant": {"name": "tenant", "prompts": prompts, "cache_salt": SALT},
             "untenanted": {"name": "untenanted", "prompts": prompts},
@@ -135,6 +153,7 @@ REUSE_ROLES = ("reuse_store", "reuse_load")  # KV saved while vLLM reused its bl
 AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
 SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
 LORA = "lora"  # the same with LoRA enabled: stores for the base model, then asks under an adapter
+EMBEDS = "embeds"  # the same with prompt embeddings enabled: stores embeddings, asks for them as token ids
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
 # Conversations after one system prompt, stored and asked for by an engine pair of their own: a
 # connector that mishandles vLLM's own hits (which may kill the engine) fails engine_shared_prefix alone.
@@ -148,13 +167,13 @@ PRESSURE_ROLES = ("pressure_store", "pressure_load")
 MAX_PRESSURE_PROMPTS = 48  # what one engine cell stores for it, at most
 PRESSURE_PROMPT_BLOCKS = (2, 16)  # each prompt's length, in blocks, at least and at most (the models' 1024 positions)
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
-COLD_ROLES = (SAME_ENGINE, "store", LORA, "reuse_store")  # the first engine over its (empty) storage
+COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store")  # the first engine over its (empty) storage
 # Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
 # connector the suite starts LMCache's server for, a server of its own (``EngineCell.server``). The
 # roles that must start cold or run on the second lane have one each, so none warms, empties or
 # waits for another's; the cross-engine roles (store, load, the format twin, after a loss) share ACROSS.
 ACROSS = ""
-WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", **dict.fromkeys(PD_ROLES, "pd"),
+WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", EMBEDS: "embeds", **dict.fromkeys(PD_ROLES, "pd"),
           **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix"),
           **dict.fromkeys(PRESSURE_ROLES, "pressure")}
 
@@ -176,9 +195,9 @@ def side_of(role: str) -> str:
 
 
 NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells (BaselineStore)
-# Roles whose engine settings the baseline does not share (LoRA on; a cache of a few blocks): when
+# Roles whose engine settings the baseline does not share (LoRA or prompt embeddings on; a cache of a few blocks): when
 # one fails, the same engine without the connector says whether vLLM runs those settings here at all.
-OWN_SETTINGS = (LORA, "reuse_store")
+OWN_SETTINGS = (LORA, EMBEDS, "reuse_store")
 WITHOUT_CONNECTOR = "_without_connector"  # the role name of such an engine
 SPLIT_AT = "_split_at_"  # a baseline's engine with its prompts prefilled in chunks (references)
 CACHED_AT = "_cached_"  # a baseline's engine with each prompt's first tokens in its prefix cache (references)
@@ -192,6 +211,7 @@ STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "p
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
 # before, on first use.
 SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
+               "engine_prompt_embeds": (EMBEDS,),
                "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES,
                "engine_cache_pressure": PRESSURE_ROLES}
 # Every engine computes on one thread, as vLLM means its CPU engines to serve ("no steady-state CPU op
@@ -349,13 +369,15 @@ class EngineCell:
 
     # -- engines --------------------------------------------------------------------------------
     def _spec(self, kv_cache_dtype: str, role: str | None, batches: list[str],
-              load_failure_policy: str | None = None, reload: list[str] | None = None) -> dict[str, Any]:
+              load_failure_policy: str | None = None, reload: list[str] | None = None,
+              then: list[str] | None = None) -> dict[str, Any]:
         """An engine's spec: no connector when ``role`` is None; ``reload`` batches run after the
-        engine reset its own prefix cache (a second phase)."""
+        engine reset its own prefix cache (a second phase), ``then`` after it reset it again (a third)."""
+        phases = [batches, reload or [], then or []]
         spec: dict[str, Any] = {"model": str(self.model), "kv_cache_dtype": kv_cache_dtype,
                                 "block_size": self.block_size, "torch_threads": ENGINE_THREADS,
-                                "batches": [self.batches[b] for b in batches]
-                                + [{**self.batches[b], "phase": 1} for b in reload or []]}
+                                "batches": [{**self.batches[b], "phase": i} if i else self.batches[b]
+                                            for i, names in enumerate(phases) for b in names]}
         longest = max((len(p) for b in spec["batches"] for p in b["prompts"]), default=0)
         if longest + OUTPUT_ROOM > DEFAULT_MODEL_LEN:  # the long system prompt: as long as the model allows
             spec["max_model_len"] = self.positions
@@ -385,6 +407,10 @@ class EngineCell:
             LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries", "adapter_stored"],
                                         reload=["adapted", "base_on_adapter", "other_adapter", "boundaries"]),
                            "lora_adapter": str(self.workdir / "lora-adapter")},
+            EMBEDS: lambda: {**self._spec(dtype, using(EMBEDS), ["embeds_stored"],
+                                          reload=["other_embeds", "embeds_as_tokens", "embeds_again"],
+                                          then=["tokens_as_embeds"]),
+                             "prompt_embeds": True},
             "store": lambda: {**self._spec(dtype, using("store"), STORED), "drain": True},
             "load": lambda: self._spec(dtype, "load", load),
             "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),

@@ -27,6 +27,10 @@ seeded rank-8 adapters there (and beside it, ``-b``) for the model's ``k_proj`` 
 each changes every layer's K and V) and loads them before the engine counts as started; a batch
 with ``"lora": true`` runs its requests under the first, ``"lora": "b"`` under the second.
 
+A spec with ``prompt_embeds`` enables prompt embeddings (``enable_prompt_embeds``): a batch with
+``"embeds": [seed per prompt]`` gives each prompt as embeddings of its length, drawn from a normal
+distribution by that seed (the same seed, the same embeddings), and no token ids.
+
 A P/D producer's spec has ``kv_transfer_params`` (what every request carries: ``do_remote_decode``)
 and ``serve_until`` (a path): once its batches are done it writes RESULT.json, with the params
 each request's output returned, and keeps its engine stepping, serving the consumer, until that
@@ -187,6 +191,8 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     adapters = _lora_adapters(spec["model"], spec["lora_adapter"]) if spec.get("lora_adapter") else {}
     if adapters:
         kwargs.update(enable_lora=True, max_lora_rank=LORA_RANK, max_loras=len(adapters))
+    if spec.get("prompt_embeds"):
+        kwargs["enable_prompt_embeds"] = True
     from conformance.levels.releases import engine_settings
 
     result["engine_settings"] = engine_settings(result["vllm_version"], _device_type(), spec["kv_cache_dtype"])
@@ -234,7 +240,8 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
             timings[batch["name"]] = round(time.perf_counter() - t, 3)
             continue
         salt = {"cache_salt": batch["cache_salt"]} if batch.get("cache_salt") else {}
-        prompts = [TokensPrompt(prompt_token_ids=p, **salt) for p in batch["prompts"]]
+        prompts = ([_embeds_prompt(llm, seed, len(p), salt) for p, seed in zip(batch["prompts"], batch["embeds"])]
+                   if batch.get("embeds") else [TokensPrompt(prompt_token_ids=p, **salt) for p in batch["prompts"]])
         transfers = batch.get("kv_transfer_params") or [spec.get("kv_transfer_params")] * len(prompts)
         pairs = list(zip(prompts, map(params, transfers)))
         groups = [pairs] if batch.get("together") else [[p] for p in pairs]
@@ -277,6 +284,16 @@ def _cache_prefixes(llm: Any, prompts: list[Any], cached: int, salt: dict[str, s
     if heads:
         llm.generate(heads, SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, seed=0),
                      use_tqdm=False, **lora)
+
+
+def _embeds_prompt(llm: Any, seed: int, length: int, salt: dict[str, str]) -> Any:
+    """A prompt of ``length`` embeddings drawn by ``seed``, in the model's dtype and hidden size."""
+    import torch
+    from vllm.inputs import EmbedsPrompt
+
+    config = llm.llm_engine.vllm_config.model_config
+    drawn = torch.randn(length, config.get_hidden_size(), generator=torch.Generator().manual_seed(seed))
+    return EmbedsPrompt(prompt_embeds=drawn.to(config.dtype), **salt)
 
 
 LORA_RANK = 8

@@ -15,6 +15,7 @@ import pytest
 from conformance.contract.spec import KVSpec
 from conformance.levels.engine.cell import (
     COLD_ROLES,
+    EMBEDS,
     LORA,
     OWN_SETTINGS,
     PREFIX_ROLES,
@@ -218,6 +219,27 @@ def test_engine_lora_isolation(cell):
                 f"{who} (the adapter is rank 8 on every layer's k_proj and v_proj, so their K and V differ) for "
                 f"prompts {stored}: they were served {served}. {cell.connector.label} must key stored KV by the "
                 "request's LoRA adapter too"))
+
+
+@clause("engine_prompt_embeds")
+def test_engine_prompt_embeds(cell):
+    cid = "engine_prompt_embeds"
+    engine = _connector_run(cell, EMBEDS, cid)
+    # Every way: another prompt's embeddings and vLLM's placeholder token ids (zeros) asked for after
+    # one prompt's embeddings were stored, then embeddings asked for after the zeros were stored.
+    crossings = {"other_embeds": (1, "a prompt of other embeddings", "one prompt's embeddings"),
+                 "embeds_as_tokens": (1, "a prompt of token ids (the zeros vLLM puts in place of embeddings)",
+                                      "one prompt's embeddings"),
+                 "tokens_as_embeds": (2, "a prompt of embeddings", "a prompt of token ids (zeros)")}
+    for batch, (phase, who, stored) in crossings.items():
+        hits = external_hits(engine.phase(phase), batch)
+        if hits > 0:
+            raise ClauseViolation(cid, (
+                f"the engine served {hits:g} external prefix-cache hit tokens to {who} of the same length, after "
+                f"{stored} had been stored: keyed by token ids, every prompt of embeddings of one length is the "
+                f"prompt of zeros. {cell.connector.label} must key stored KV by the prompt's embeddings too (vLLM "
+                "puts their hash in the block hashes), and never fall back to the token ids on a miss"))
+    count_load(external_hits(engine.phase(1), "embeds_again"))
 
 
 @clause("engine_cache_salt")

@@ -1,8 +1,9 @@
-"""Key stored KV by the tenant (cache_salt, LoRA adapter) as they should, but on a tenant's miss look
-in the shared pool (the unsalted, or base-model, KV) before giving up: "better a hit than a
-recompute". A salted tenant is then served what unsalted traffic stored, and an adapter's request the
-base model's KV. Every scenario that only asks the stored tenant's prompt under *another* tenant
-passes them; a prompt stored without a tenant and asked for with one is what catches them."""
+"""Key stored KV by the tenant (cache_salt, LoRA adapter, prompt embeddings) as they should, but on a
+tenant's miss look in the shared pool (the unsalted, base-model or token-id KV) before giving up:
+"better a hit than a recompute". A salted tenant is then served what unsalted traffic stored, an
+adapter's request the base model's KV, a prompt of embeddings what a prompt of zeros stored. Every
+scenario that only asks the stored tenant's prompt under *another* tenant passes them; a prompt
+stored without a tenant and asked for with one is what catches them."""
 
 from __future__ import annotations
 
@@ -46,3 +47,10 @@ class LoraFallbackConnector(_SharedPoolFallback):
     """On an adapter request's miss, serves the base model's KV for its prompt."""
 
     FALLS_BACK_FROM = "lora:"
+
+
+class EmbedsFallbackConnector(_SharedPoolFallback):
+    """On a miss for a prompt given as embeddings, serves the KV stored for its token ids (vLLM's
+    placeholder zeros): what a prompt of zeros stored."""
+
+    FALLS_BACK_FROM = "embeds:"

@@ -124,6 +124,7 @@ EXPECTED = {
     ZOO + "over_claiming:OverClaimingConnector": {"api_mixed_hits"} | FILE_STORE_BUGS,
     ZOO + "shared_pool_fallback:SaltFallbackConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
     ZOO + "shared_pool_fallback:LoraFallbackConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
+    ZOO + "shared_pool_fallback:EmbedsFallbackConnector": {"api_prompt_embeds"} | FILE_STORE_BUGS,
     ZOO + "lora_flag_keyed:LoraFlagKeyedConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     GOOD + "bounded:BoundedConnector": FILE_STORE_BUGS,
     # Its zeroed entries are met wherever a 4 MiB cache evicts: the 1k- and 4k-token conversations too.

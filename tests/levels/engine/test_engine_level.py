@@ -185,16 +185,21 @@ def test_a_connector_that_forgets_an_aborted_request_is_flagged_through_the_engi
     # Keyed by whether a LoRA adapter is in use, not which: adapter A's prompts served under adapter B.
     ("conformance.zoo.connectors.lora_flag_keyed:LoraFlagKeyedConnector",
      {"engine_lora_isolation": "they were served the first adapter's KV"}),
+    ("conformance.zoo.connectors.shared_pool_fallback:EmbedsFallbackConnector",
+     {"engine_prompt_embeds": "to a prompt of embeddings of the same length, after a prompt of token ids"}),
+    ("conformance.zoo.connectors.embeds_blind:EmbedsBlindConnector",
+     {"engine_prompt_embeds": "to a prompt of other embeddings of the same length"}),
 ])
 def test_tenants_are_kept_apart_both_ways(run_suite, connector, failing):
-    """The tenant-keyed control passes engine_cache_salt and engine_lora_isolation asked both ways
-    (unsalted prompts for a tenant and a tenant's for others; base-model prompts under the adapter and
-    the adapter's for the base model); a connector that falls back to the shared pool (the unsalted,
-    or the base model's, KV) on a tenant's miss is served another's traffic, in a real engine too."""
-    run = engine_suite(run_suite, connector, "auto", "-k", "engine_cache_salt or engine_lora_isolation",
-                       persistent=False)
+    """The tenant-keyed control passes engine_cache_salt, engine_lora_isolation and engine_prompt_embeds
+    asked both ways (unsalted prompts for a tenant and a tenant's for others; base-model prompts under
+    the adapter and the adapter's for the base model; embeddings for token ids and token ids for
+    embeddings); a connector that falls back to the shared pool (the unsalted, base-model or token-id
+    KV) on a tenant's miss is served another's traffic, in a real engine too."""
+    clauses = ("engine_cache_salt", "engine_lora_isolation", "engine_prompt_embeds")
+    run = engine_suite(run_suite, connector, "auto", "-k", " or ".join(clauses), persistent=False)
     statuses = run.statuses()
-    assert statuses == {c: "Fail" if c in failing else "Pass" for c in ("engine_cache_salt", "engine_lora_isolation")}
+    assert statuses == {c: "Fail" if c in failing else "Pass" for c in clauses}
     for test in run.results["tests"]:
         if test["clause"] in failing:
             assert failing[test["clause"]] in test["message"], test["message"]
