@@ -69,8 +69,8 @@ def _connector_run(cell, role, clause_id, cold_check=True):
     if claimed:
         raise ClauseViolation(clause_id, (
             f"{cell.connector.label} claims KV it never stored: engine {role}, the first over its empty storage, "
-            f"counted {claimed:g} external prefix-cache hit tokens for prompts no engine had seen (served one by "
-            "one); whatever it loaded there is not KV any engine computed"))
+            f"counted {claimed:g} external prefix-cache hit tokens for prompts no engine over its storage had seen "
+            "(served one by one); whatever it loaded there is not KV any engine computed over it"))
     return engine
 
 

@@ -323,6 +323,24 @@ def test_vllms_offloading_connector_file_tier_outlives_its_engine(run_suite):
     assert statuses["api_connector_stats"] == statuses["api_kv_events"] == "Pass"
 
 
+SELF_SERVED = {"self_served.dir": "{storage}"}
+
+
+def test_an_lmcache_subclass_with_its_own_server_is_judged_with_it(run_suite):
+    """An LMCacheMPConnector subclass that starts its own LMCache server (a disk tier beside its memory
+    one), declared own-server: the suite starts none and passes no lmcache.mp.* key, so what it stores
+    lands in its own tier, which the damage clause then finds (LMCache's fs tier keeps raw bytes, no
+    checksum: a flipped byte is served, as for vLLM's file tier above). The results say the suite
+    supplied nothing."""
+    run = api_suite(run_suite, GOOD + "self_served:SelfServedConnector", "--kv-connector-capabilities=own-server,persistent",
+                    f"--kv-connector-extra-config={json.dumps(SELF_SERVED)}", "-k", "save_load_roundtrip or damaged_storage",
+                    persistent=False)
+    assert run.statuses() == {"api_save_load_roundtrip": "Pass", "api_damaged_storage": "Fail"}, run.output[-3000:]
+    assert run.results["connector"]["supplied"] == []
+    for damaged in (t["message"] for t in run.results["tests"] if t["status"] == "Fail"):
+        assert "files the connector stored" in damaged and "served damaged bytes as KV" in damaged, damaged
+
+
 def test_a_connector_that_declines_this_platform_is_not_runnable(run_suite):
     """vLLM's own CPU worker for OffloadingConnector raises on a CPU-only vLLM: Not runnable, in its words."""
     stock = {"cpu_bytes_to_use": 100_000_000}

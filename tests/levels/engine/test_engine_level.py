@@ -430,3 +430,27 @@ def test_a_key_over_the_first_1024_tokens_is_flagged_by_the_shared_system_prompt
     run = engine_suite(run_suite, "conformance.zoo.connectors.prefix_capped:PrefixCappedConnector", "auto",
                        "-k", "shared_prefix or block_boundaries")
     assert run.statuses() == {"engine_shared_prefix": "Fail", "engine_block_boundaries": "Pass"}, run.output[-4000:]
+
+
+SELF_SERVED = ("--kv-connector-capabilities=own-server,persistent",
+               '--kv-connector-extra-config={"self_served.dir": "{storage}"}')
+
+
+@pytest.mark.parametrize("connector, verdicts", [
+    ("conformance.zoo.good.self_served:SelfServedConnector",
+     {"engine_cache_salt": "Pass", "engine_store_then_load": "Pass"}),
+    # Its daemon keyed one directory too wide: the store engine's world is served the same-engine world's KV.
+    ("conformance.zoo.connectors.shared_daemon:SharedDaemonConnector",
+     {"engine_cache_salt": "Pass", "engine_store_then_load": "Fail"}),
+])
+def test_an_lmcache_subclass_runs_its_own_server_in_engines(run_suite, connector, verdicts):
+    """Declared own-server, an LMCacheMPConnector subclass that starts its own LMCache server (per
+    storage directory, a disk tier beside memory) runs with it in real engines; the suite supplies
+    nothing. Scoped one directory too wide, one server serves two worlds: flagged."""
+    run = engine_suite(run_suite, connector, "auto", *SELF_SERVED, "-k", "engine_cache_salt or store_then_load",
+                       persistent=False)
+    assert run.statuses() == verdicts, run.output[-4000:]
+    assert run.results["connector"]["supplied"] == []
+    for test in run.results["tests"]:
+        if test["status"] == "Fail":
+            assert "claims KV it never stored: engine store" in test["message"], test["message"]
