@@ -118,12 +118,18 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, element: torch.dt
         raise ClauseViolation(f"the non-finite values (NaN, +-inf) put were not returned as they were [{context}]",
                               clause=clause)
     finite = want.isfinite()
-    diff, base = (got[finite] - want[finite]), want[finite]
-    norm = float(base.square().sum().sqrt())
-    error = float(diff.square().sum().sqrt()) / (norm if norm > 0 else 1.0)
+    error = float(relative_rms_error(got[finite], want[finite]))
     if not error <= tolerance:
         raise ClauseViolation(f"relative RMS error {error:.3g} of the values returned, but the store declares at most "
                               f"{tolerance:g} (lossy_tolerance) [{context}]", clause=clause)
+
+
+def relative_rms_error(got: torch.Tensor, want: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """The lossy rule's metric: sqrt(sum((got - want)^2) / sum(want^2)) over ``dim`` (all of it by
+    default), the error's norm itself where every wanted value is 0; NaN where ``got`` has one."""
+    over = () if dim is None else (dim,)
+    norm = want.square().sum(dim=over).sqrt()
+    return (got - want).square().sum(dim=over).sqrt() / torch.where(norm > 0, norm, torch.ones_like(norm))
 
 
 def _hex(element_bytes: np.ndarray) -> str:

@@ -85,13 +85,13 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "cache, byte for byte, every layer of every token it claims, as the first pair saved it: in "
            "every KV cache layout the installed vLLM allocates and every kv_cache_dtype (NaN payloads, "
            "-0, subnormals, fp8 specials); and it loads something",
-           requires=_ACROSS, lossless=True, needs_load=True),
+           requires=_ACROSS, needs_load=True),
     Clause("api_same_engine_roundtrip", _CONNECTOR,
            "within one connector pair, a request stored, its blocks freed (the engine's own prefix cache "
            "reset) and overwritten by other KV, then asked for again, is loaded byte for byte as it was "
            "saved, every layer of every token the connector claims; and over empty storage the "
            "connector claims nothing (a cache that lives inside its engine is judged here)",
-           lossless=True, requires=_CACHE, needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("api_no_collateral_writes", _CONNECTOR,
            "saving leaves the paged cache untouched, and loading writes only into the blocks of the "
            "request it loads: a neighbour request's blocks and free blocks keep their bytes",
@@ -99,22 +99,22 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("api_partial_prefix", _CONNECTOR,
            "a request sharing only the first k tokens of a stored prompt loads at most k tokens, and "
            "exactly their bytes",
-           requires=_ACROSS, lossless=True, needs_load=True),
+           requires=_ACROSS, needs_load=True),
     Clause("api_concurrent_loads", _CONNECTOR,
            "requests the scheduler admits in one step, saved together and loaded together, each "
            "load exactly their own bytes: none is skipped, and none is handed a batch-mate's KV",
-           requires=_ACROSS, lossless=True, needs_load=True),
+           requires=_ACROSS, needs_load=True),
     Clause("api_shared_prefix", _CONNECTOR,
            "conversations that share a long system prompt (1k and 4k tokens) and differ after it, even only in "
            "their last block, each load their own KV: every loaded token holds what a request with the same "
            "prefix up to it computed, and a prompt that extends a stored one or shares only part of it is "
            "claimed no token past what it shares",
-           requires=_CACHE, lossless=True, needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("api_mixed_hits", _CONNECTOR,
            "a request whose first blocks are in vLLM's own prefix cache and whose later blocks only in the "
            "connector is claimed only tokens beyond num_computed_tokens (never the local hits again), and the "
            "bytes loaded into its later blocks are the stored prompt's",
-           requires=_CACHE, lossless=True, needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("api_damaged_storage", _CONNECTOR,
            "with what a store run left corrupted (a flipped byte) or lost before the load run, the "
            "connector loads nothing, or reports the damaged blocks as failed loads "
@@ -137,11 +137,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "a prompt given as embeddings (prompt_embeds, no token ids) is never claimed for a request of "
            "other embeddings or of token ids, nor a prompt of token ids for one of embeddings; the same "
            "embeddings load byte for byte; no hook raises on a request without token ids",
-           lossless=True, requires=_CACHE, needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("api_chunked_prefill", _CONNECTOR,
            "a prompt longer than the step's token budget (max_num_batched_tokens), prefilled in chunks, "
            "is loaded back byte for byte: the connector claims no token it did not persist",
-           lossless=True, requires=_CACHE, needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("api_abort", _CONNECTOR,
            "requests aborted through the scheduler's own finish path (mid-prefill, with loads or saves "
            "in flight) end cleanly: no hook raises, every block held for them is given back, and what "
@@ -150,19 +150,19 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("api_preemption", _CONNECTOR,
            "requests preempted for want of blocks and re-admitted (the connector asked again) finish "
            "without a hook raising, and what they saved loads back byte for byte",
-           lossless=True, requires=_CACHE, needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("api_async_load", _CONNECTOR,
            "a request the connector loads asynchronously (load_async=True), asked for alone, is reported "
            "loaded (finished_recving) over steps without a forward pass (vLLM's kv_connector_no_forward: no "
            "layer hook runs) and holds its stored bytes; a connector that loads synchronously is Not runnable "
            "here (api_chunked_prefill judges loads larger than the step's token budget, async ones included)",
-           lossless=True, requires=_CACHE),
+           requires=_CACHE),
     Clause("api_save_before_free", _CONNECTOR,
            "a connector reads a request's blocks only while vLLM holds them for it: blocks it gives back "
            "(request_finished returned False, or once reported in finished_sending) are overwritten at once, "
            "as vLLM's next request in them writes, and what is later loaded for the prompt is still the KV "
            "it computed",
-           lossless=True, requires=_CACHE, needs_load=True),
+           requires=_CACHE, needs_load=True),
     Clause("api_transfer_reports", _CONNECTOR,
            "get_finished reports each finished async save (finished_sending) and load (finished_recving) "
            "exactly once, only for a request vLLM holds for it, and every block comes back once the "
@@ -184,12 +184,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "another order, loads each byte for byte or misses it: never other bytes, zeros or a raised hook; "
            "and it still loads the most recent prompt afterwards (it degrades to a miss, never to empty); a "
            "run that evicted nothing is Not exercised",
-           requires=frozenset({"cache", "capacity"}), lossless=True, needs_load=True),
+           requires=frozenset({"cache", "capacity"}), needs_load=True),
     Clause("api_load_errors_reported", _CONNECTOR,
            "with each stored file cut short (its last byte gone), the connector loads nothing or reports "
            "the blocks it could not read (get_block_ids_with_load_errors, in the step of the load): it "
            "never raises (the worker dies) and never claims tokens whose bytes it did not read",
-           requires=_ACROSS, lossless=True, needs_load=True),
+           requires=_ACROSS, needs_load=True),
     Clause("api_pd_roundtrip", _CONNECTOR,
            "a consumer connector pair (kv_consumer) handed, per request, the kv_transfer_params the "
            "producer's request_finished returned loads into its own blocks, byte for byte, every layer of "
@@ -197,7 +197,7 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "request's blocks until the consumer has them (blocks it frees are reused at once), each side "
            "reports each finished transfer once and gives every block back, and a request handed no "
            "params is claimed nothing",
-           requires=_PD, lossless=True, needs_load=True),
+           requires=_PD, needs_load=True),
     Clause("api_pd_format_isolation", _CONNECTOR,
            "a consumer of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) handed a producer's "
            "kv_transfer_params loads nothing or reports the load failed: never the other format's bytes",
@@ -338,6 +338,10 @@ class RunningTest:
     clause: str
     examples: int = 0
     loaded: int = 0  # tokens of KV loaded from the connector: 0 leaves a needs_load clause Not exercised
+    # Of the loaded tokens compared within a lossy connector's tolerance, those whose bytes changed:
+    # none changed (a codec in no load's path) leaves the clause Not exercised.
+    within: int = 0
+    coded: int = 0
     observed: str = ""  # what the workload did (prompts evicted, local hits), recorded with a Pass
 
 
@@ -377,6 +381,15 @@ def count_load(tokens: float) -> None:
     test = _RUNNING.get()
     if test is not None:
         test.loaded += int(tokens)
+
+
+def count_coded(compared: int, changed: int) -> None:
+    """Record that ``compared`` loaded tokens were held to a lossy tolerance, ``changed`` of them
+    not byte for byte what was stored (the codec in their path)."""
+    test = _RUNNING.get()
+    if test is not None:
+        test.within += compared
+        test.coded += changed
 
 
 def clause(clause_id: str) -> Callable[[F], F]:

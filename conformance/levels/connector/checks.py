@@ -2,7 +2,8 @@
 
 Slots are compared as raw bytes (``torch.equal`` on uint8), never as floats: NaN payloads
 and -0 are content. A message names the layer, the token, the blocks and the first differing
-byte, because "caches differ" helps nobody fix a connector.
+byte, because "caches differ" helps nobody fix a connector. A connector that declares itself
+lossy (``lossy=TOL``) is held to its tolerance instead, token by token (``same_rows``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import torch
 
 from conformance.levels.connector.harness import Run
 from conformance.levels.connector.slots import by_block, token_rows, views_over
+from conformance.verdict.asserts import relative_rms_error
+from conformance.verdict.clauses import count_coded
 
 MAX_REPORTED = 3
 NULL_BLOCK = 0  # vLLM's null block: never a request's KV (a sliding window's slot outside the window)
@@ -41,6 +44,14 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
         positions, src_blocks, dst_blocks = slots
         offsets = positions % loaded.block_size
         want, got = token_rows(written[layer], src_blocks, offsets), token_rows(view, dst_blocks, offsets)
+        if loaded.tolerance is not None:  # the layer's loaded values at once, as a lossy store is judged
+            exact = ~(want != got).any(dim=1)
+            count_coded(len(exact), int((~exact).sum()))
+            error = float(_errors(want.reshape(1, -1), got.reshape(1, -1), loaded.element)[0])
+            if not error <= loaded.tolerance:
+                problems.append(f"{layer}: the values of its {len(positions)} loaded tokens are off by a relative RMS "
+                                f"error of {error:.3g}, but the connector declares at most {loaded.tolerance:g} (lossy)")
+            continue
         bad = (want != got).any(dim=1).nonzero().flatten().tolist()
         if bad:
             i = bad[0]
@@ -51,6 +62,24 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
                 f"{int(offsets[i])}): byte {byte} is 0x{int(got[i][byte]):02x}, but should be "
                 f"0x{int(want[i][byte]):02x}")
     return problems[:MAX_REPORTED]
+
+
+def same_rows(want: torch.Tensor, got: torch.Tensor, loaded: Run) -> torch.Tensor:
+    """Which token rows (bytes) ``got`` holds as ``want``: byte for byte, or for a lossy connector
+    its values within the declared tolerance, row by row (``_errors``)."""
+    exact = ~(want != got).any(dim=1)
+    if loaded.tolerance is None:
+        return exact
+    return _errors(want, got, loaded.element) <= loaded.tolerance
+
+
+def _errors(want: torch.Tensor, got: torch.Tensor, element: torch.dtype) -> torch.Tensor:
+    """Each row's ``relative_rms_error``, read as values of the cache's ``element`` format, over the
+    values finite where they were written (random fills hold NaN and inf; KV never does)."""
+    values = [rows.contiguous().view(element).to(torch.float64) for rows in (want, got)]
+    finite = values[0].isfinite()
+    w, g = (torch.where(finite, v, torch.zeros_like(v)) for v in values)
+    return relative_rms_error(g, w, dim=1)
 
 
 def _slots(stored: Run, stored_id: str, loaded: Run, loaded_id: str, ntokens: int, group: int,
@@ -140,7 +169,7 @@ def unsourced_tokens(sources: Sequence[Source], loaded: Run, loaded_id: str, pro
             positions, src_blocks, dst_blocks = slots
             offsets = positions % loaded.block_size
             want = token_rows(views_over(source.run.caches, source.run.before)[layer], src_blocks, offsets)
-            same = ~(want != token_rows(view, dst_blocks, offsets)).any(dim=1)
+            same = same_rows(want, token_rows(view, dst_blocks, offsets), loaded)
             mine = positions < shared
             sourced[positions[same & mine] - first] = True
             for p in positions[same & ~mine].tolist():

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from conformance.contract.spec import resolve_kv_cache_dtype
 from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era
 from conformance.levels.connector.ledger import WAITING_FOR_LOAD, Ledger
@@ -154,6 +155,10 @@ class Run:
     group_blocks: dict[str, list[list[int]]] = field(default_factory=dict)
     # the engine core's outputs of each step whose scheduler stats carry a connector stats payload
     stats: list[Any] = field(default_factory=list)
+    # A lossy connector's declared tolerance, and the cache's element format: its loads are compared
+    # as values of that format within the tolerance (``checks.same_rows``), not as bytes.
+    tolerance: float | None = None
+    element: torch.dtype = torch.uint8
     async_loads: set[str] = field(default_factory=set)  # requests that waited for an async load
     # the KV cache events the scheduler-side connector handed vLLM (take_events), in order, and
     # request id -> its block hashes as those events name them
@@ -541,7 +546,8 @@ class _Pair:
             phase.fill(raw, era.storage_dtype(self.config), self.model_dtype)
             scatter_bytes(self.caches, raw)
         self.run = run = Run(self.kv_cache_dtype, self.layout, self.block_size, self.mla, self.caches, raw.clone(),
-                             groups=self.groups)
+                             groups=self.groups, tolerance=h.connector.lossy_tolerance,
+                             element=resolve_kv_cache_dtype(self.kv_cache_dtype, self.model_dtype)[1].torch_dtype)
         for request_id, prompt, *salt in phase.requests:
             self.ledger.admit(request_id)
             request = era.make_request(request_id, prompt, self.block_size, salt[0] if salt else None,

@@ -1,17 +1,16 @@
-"""A lossy codec: vLLM's ExampleConnector storing 16-bit KV with its two lowest mantissa bits
-cleared (a stand-in for any quantizing codec), fp8 KV as it is. Declared as it should be
-(``--kv-connector-capabilities persistent,lossy=0.1``), its byte-exact clauses are Disabled and
-the engine level compares within the declared tolerance; undeclared, the engine level must catch
-the changed bits. The positive control of ``lossy``."""
+"""A lossy codec: vLLM's ExampleConnector storing 16-bit KV quantized to 5 significant bits
+(``zoo.quantizing``: about 1.5% relative error at most, value by value, subnormals too), fp8 KV
+as it is: a stand-in for any quantizing codec. Declared as it should be
+(``--kv-connector-capabilities persistent,lossy=0.1``), its loads are held to that tolerance at
+the connector level (fp8 ones, byte for byte what was stored, leave it Not exercised: no codec in
+their path) and its logprobs at the engine level; declared with less loss than it makes (0.001),
+or undeclared, it fails. The positive control of ``lossy``."""
 
-import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import ExampleConnector
 
-MANTISSA_MASK = ~0x3  # the two lowest bits of a bf16/fp16 element
+from conformance.zoo.quantizing import quantized
 
 
 class LossyCodecConnector(ExampleConnector):
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        if kv_layer.element_size() == 2:
-            kv_layer = (kv_layer.view(torch.int16) & MANTISSA_MASK).view(kv_layer.dtype)  # a copy: the cache keeps its bits
-        super().save_kv_layer(layer_name, kv_layer, attn_metadata, **kwargs)
+        super().save_kv_layer(layer_name, quantized(kv_layer), attn_metadata, **kwargs)  # a copy: the cache keeps its bits

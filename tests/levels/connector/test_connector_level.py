@@ -323,6 +323,22 @@ def test_vllms_offloading_connector_file_tier_outlives_its_engine(run_suite):
     assert statuses["api_connector_stats"] == statuses["api_kv_events"] == "Pass"
 
 
+LOSSY = GOOD + "lossy_codec:LossyCodecConnector"
+
+
+@pytest.mark.parametrize("tolerance, verdict", [("0.1", "Pass"), ("0.001", "Fail")])
+def test_a_lossy_codec_is_held_to_the_tolerance_it_declares(run_suite, tolerance, verdict):
+    """A codec that keeps 5 significant bits (about 1% relative RMS error) declared lossy=0.1 loads
+    within its tolerance at the connector level; declaring 0.001, it understates its loss and fails,
+    the message naming the error. Only the damage clause, which judges bytes at rest, is Disabled."""
+    run = api_suite(run_suite, LOSSY, f"--kv-connector-capabilities=persistent,lossy={tolerance}",
+                    "-k", "same_engine_roundtrip or damaged_storage", persistent=False)
+    assert run.statuses() == {"api_same_engine_roundtrip": verdict, "api_damaged_storage": "Disabled"}, run.output[-3000:]
+    for test in run.results["tests"]:
+        if test["status"] == "Fail":
+            assert f"but the connector declares at most {tolerance} (lossy)" in test["message"], test["message"]
+
+
 SELF_SERVED = {"self_served.dir": "{storage}"}
 
 

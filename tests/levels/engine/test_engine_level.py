@@ -290,7 +290,7 @@ def test_mla_on_cpu_is_compared_within_a_tolerance_that_still_catches_a_bad_load
 
 
 def test_a_lossy_codec_is_judged_within_the_tolerance_it_declares(run_suite):
-    # ExampleConnector clearing the two lowest mantissa bits of 16-bit KV (conformance/zoo/good/).
+    # ExampleConnector quantizing 16-bit KV to 5 significant bits (conformance/zoo/good/).
     codec, scenarios = "conformance.zoo.good.lossy_codec:LossyCodecConnector", ("-k", "store_then_load")
     declared = engine_suite(run_suite, codec, "auto", "--kv-connector-capabilities=persistent,lossy=0.1", *scenarios,
                             persistent=False)
