@@ -68,11 +68,15 @@ class ConnectorChoice:
     # kv_load_failure_policy, kv_buffer_size, ...); the suite's own roles may still override one
     # (engine_load_failure_recompute's policy), and say so.
     transfer_fields: tuple[tuple[str, Any], ...] = ()
+    # Arguments for the LMCache server the suite starts for it (--kv-lmcache-server-arg: an L2
+    # adapter, a serde), judged with no glue of the user's; recorded in ``connector.supplied``.
+    server_args: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, spec: str, extra_json: str | None = None, role: str = "kv_both",
               capabilities: str | None = None, storage_hook: str | None = None,
-              engine_env: Sequence[str] = (), transfer_fields: Sequence[str] = ()) -> ConnectorChoice:
+              engine_env: Sequence[str] = (), transfer_fields: Sequence[str] = (),
+              server_args: Sequence[str] = ()) -> ConnectorChoice:
         """``Name`` (vLLM's registry) or ``package.module:ClassName`` (kv_connector_module_path), its
         extra config as JSON, its declared capabilities (``persistent,lossy=0.05``), the hook that
         damages its storage where the suite cannot (``module:object``) and the environment its
@@ -90,7 +94,8 @@ class ConnectorChoice:
         return cls(name=name, module_path=module or None, extra_config=extra, role=role, capabilities=caps,
                    lossy_tolerance=tolerance, capacity_bytes=parse_capacity(capabilities or ""),
                    storage_hook=storage_hook,
-                   engine_env=parse_engine_env(engine_env), transfer_fields=parse_transfer_fields(transfer_fields))
+                   engine_env=parse_engine_env(engine_env), transfer_fields=parse_transfer_fields(transfer_fields),
+                   server_args=tuple(server_args))
 
     @property
     def label(self) -> str:
@@ -437,8 +442,8 @@ class LMCacheService:
     LOST = "restarted the LMCache server (its L1 store is lost)"
 
     def __init__(self, log: Path, *, chunk_size: int, python: str | None = None, spare: bool = False,
-                 forks: ForkServer | None = None, l1_bytes: int | None = None) -> None:
-        self._log, self._chunk_size, self._python = log, chunk_size, python or sys.executable
+                 forks: ForkServer | None = None, l1_bytes: int | None = None, args: tuple[str, ...] = ()) -> None:
+        self._log, self._chunk_size, self._python, self._args = log, chunk_size, python or sys.executable, args
         # A connector that declares capacity=BYTES is judged bounded: its server's L1 holds that much
         # (the suite supplies the server, so the suite bounds it; the results' ``connector.supplied`` says so).
         self._l1_gb = (l1_bytes / 2**30) if l1_bytes else DEFAULT_L1_GB
@@ -452,14 +457,15 @@ class LMCacheService:
 
     def _new(self, log: Path) -> LMCacheServer:
         return LMCacheServer(log, chunk_size=self._chunk_size, l1_size_gb=self._l1_gb, python=self._python,
-                             forks=self._forks)
+                             forks=self._forks, extra_args=self._args)
 
     @staticmethod
-    def describe(l1_bytes: int | None) -> str:
+    def describe(connector: ConnectorChoice) -> str:
         """What the suite supplies in the user's place, in words (the results' ``connector.supplied``)."""
-        l1 = l1_bytes or int(DEFAULT_L1_GB * 2**30)
+        l1 = connector.capacity_bytes or int(DEFAULT_L1_GB * 2**30)
+        yours = f", with your arguments {' '.join(connector.server_args)}" if connector.server_args else ""
         return (f"LMCache's multiprocess server, started by the suite: L1 {l1} bytes"
-                f"{' (the declared capacity)' if l1_bytes else ''}, LRU eviction")
+                f"{' (the declared capacity)' if connector.capacity_bytes else ''}, LRU eviction{yours}")
 
     @staticmethod
     def wanted_by(connector: ConnectorChoice) -> bool:

@@ -117,7 +117,7 @@ def connector_choice(config: pytest.Config) -> Any:
             state.connector = ConnectorChoice.parse(state.connector_spec or "", opt(options.EXTRA_CONFIG),
                                                     opt(options.ROLE), opt(options.CAPABILITIES),
                                                     opt(options.STORAGE_HOOK), opt(options.ENGINE_ENV),
-                                                    opt(options.TRANSFER_CONFIG))
+                                                    opt(options.TRANSFER_CONFIG), opt(options.LMCACHE_SERVER_ARG))
         except ValueError as exc:
             pytest.exit(f"kvconform: {exc}", returncode=4)
     return state.connector

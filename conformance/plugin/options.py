@@ -34,6 +34,7 @@ ENGINE_LANES = "--kv-engine-lanes"
 ENGINE_BASELINES = "--kv-engine-baselines"
 ENGINE_ENV = "--kv-engine-env"
 TRANSFER_CONFIG = "--kv-transfer-config"
+LMCACHE_SERVER_ARG = "--kv-lmcache-server-arg"
 LEVELS_OPTION = "--kv-levels"
 LEVELS = ("store", "connector", "engine")
 PROFILES = ("dev", "ci", "deep", "certify")
@@ -71,10 +72,15 @@ def add_options(parser: pytest.Parser) -> None:
                      help="a field of vLLM's KVTransferConfig the connector runs with, as its deployment sets it "
                           "(repeatable; the value read as JSON where it parses): 'kv_load_failure_policy=recompute' "
                           "for a connector that refuses to run without it. Recorded in the results")
+    engine.addoption(LMCACHE_SERVER_ARG, action="append", default=[], metavar="ARG",
+                     help="an argument for the LMCache server the suite starts for an LMCacheMPConnector "
+                          "(repeatable, in order): '--l2-adapter' then '{\"type\": \"fs\", \"base_path\": "
+                          "\"{server}/l2\"}' judges LMCache's fs tier, or a serde, with no glue; '{server}' "
+                          "becomes a directory of each server start's own. Recorded in the results")
     engine.addoption(CAPABILITIES, default=None, metavar="LIST",
                      help="what the connector declares, comma-separated: 'persistent' (its cache outlives its "
-                          "engine: the cross-engine clauses apply), 'lossy=TOL' (a codec: byte-exact clauses "
-                          "Disabled, the engine level compares logprobs within TOL), 'pd' (a prefill/decode "
+                          "engine: the cross-engine clauses apply), 'lossy=TOL' (a codec: loaded KV held to TOL "
+                          "as values, the engine level's logprobs within TOL), 'pd' (a prefill/decode "
                           "transfer: the P/D clauses apply), 'cache' (a prefix cache: implied unless pd), "
                           "'hma' (works with vLLM's hybrid KV cache manager); default: none")
     engine.addoption(STORAGE_HOOK, default=None, metavar="MODULE:OBJECT",

@@ -259,4 +259,4 @@ def _supplied(connector: Any) -> list[str]:
 
     if not LMCacheService.wanted_by(connector):
         return []
-    return [LMCacheService.describe(connector.capacity_bytes)]
+    return [LMCacheService.describe(connector)]

@@ -46,12 +46,17 @@ def _lmcache_version(python: str) -> str:
 
 
 BIND_ATTEMPTS = 3
+SERVER_DIR = "{server}"  # in the user's server arguments: a directory of each start's own
 
 
 class LMCacheServer:
     def __init__(self, log_path: Path, *, chunk_size: int = 64, l1_size_gb: float = 0.25,
-                 python: str = sys.executable, ready_timeout_s: float = 120, forks: ForkServer | None = None) -> None:
-        """``forks``: a fork server of ``python``'s that forks the server instead of a fresh process."""
+                 python: str = sys.executable, ready_timeout_s: float = 120, forks: ForkServer | None = None,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        """``forks``: a fork server of ``python``'s that forks the server instead of a fresh process;
+        ``extra_args``: the user's own (an L2 adapter, a serde), ``{server}`` in them a directory of
+        each start's own (a restart starts empty, as its memory does)."""
+        self.extra_args, self._starts = extra_args, 0
         self.log_path = Path(log_path)
         self.chunk_size, self.l1_size_gb, self.python = chunk_size, l1_size_gb, python
         self.ready_timeout_s, self.forks = ready_timeout_s, forks
@@ -79,7 +84,7 @@ class LMCacheServer:
         args = ["--host", "127.0.0.1", "--port", str(self.port), "--http-host", "127.0.0.1",
                 "--http-port", str(self.http_port), "--prometheus-port", str(prometheus),
                 "--chunk-size", str(self.chunk_size), "--l1-size-gb", str(self.l1_size_gb),
-                "--eviction-policy", "LRU", "--supported-transfer-mode", "auto"]
+                "--eviction-policy", "LRU", "--supported-transfer-mode", "auto"] + self._user_args()
         self._launched, self.ready_s = time.monotonic(), None
         if self.forks is not None and self.forks.usable():
             self.proc = self.forks.fork(args, self.log_path)
@@ -87,6 +92,14 @@ class LMCacheServer:
             self.proc = procs.spawn([self.python, "-m", SERVER_MODULE, *args], self.log_path, env=SERVER_ENV,
                                     append=True, die_with_parent=True)
         self.owner = os.getpid()
+
+    def _user_args(self) -> list[str]:
+        if not any(SERVER_DIR in a for a in self.extra_args):
+            return list(self.extra_args)
+        self._starts += 1
+        own = self.log_path.parent / f"{self.log_path.stem}-data-{os.getpid()}-{self._starts}"
+        own.mkdir(parents=True, exist_ok=True)
+        return [a.replace(SERVER_DIR, str(own)) for a in self.extra_args]
 
     def ready(self) -> LMCacheServer:
         """Wait until the launched server is ready; where another process took a port between its

@@ -21,7 +21,7 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
     service = None
     if LMCacheService.wanted_by(connector):  # its imports beside vLLM's: awaited at config() below
         service = LMCacheService(workdir / "lmcache-server.log", chunk_size=LMCACHE_CHUNK_SIZE,
-                                 l1_bytes=connector.capacity_bytes)
+                                 l1_bytes=connector.capacity_bytes, args=connector.server_args)
         service.launch()
     try:
         era = select_era()

@@ -323,7 +323,8 @@ class EngineCell:
             log = self.workdir / f"lmcache-server{f'-{world}' if world else ''}.log"
             service = self.servers[world] = LMCacheService(log, chunk_size=2 * self.block_size, python=self.python,
                                                            l1_bytes=self.connector.capacity_bytes,
-                                                           spare=world == ACROSS, forks=self._forks)
+                                                           spare=world == ACROSS, forks=self._forks,
+                                                           args=self.connector.server_args)
             service.launch()
         return service
 

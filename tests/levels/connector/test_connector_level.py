@@ -323,6 +323,21 @@ def test_vllms_offloading_connector_file_tier_outlives_its_engine(run_suite):
     assert statuses["api_connector_stats"] == statuses["api_kv_events"] == "Pass"
 
 
+FS_TIER = ("--kv-lmcache-server-arg=--l2-adapter",
+           '--kv-lmcache-server-arg={"type": "fs", "base_path": "{server}/l2"}')
+
+
+def test_an_lmcache_l2_adapter_is_judged_through_the_suites_server(run_suite, tmp_path):
+    """LMCache's fs L2 adapter, given as arguments of the server the suite starts (no glue): the
+    round trip passes, the results say the suite's server ran with those arguments, and the tier
+    holds what was stored."""
+    run = api_suite(run_suite, "LMCacheMPConnector", *FS_TIER, "-k", "save_load_roundtrip")  # its basetemp: tmp_path/base
+    assert run.statuses() == {"api_save_load_roundtrip": "Pass"}, run.output[-3000:]
+    (supplied,) = run.results["connector"]["supplied"]
+    assert supplied.endswith('with your arguments --l2-adapter {"type": "fs", "base_path": "{server}/l2"}'), supplied
+    assert any(tmp_path.rglob("lmcache-server-data-*/l2/*")), sorted(map(str, tmp_path.rglob("*")))[:20]
+
+
 LOSSY = GOOD + "lossy_codec:LossyCodecConnector"
 
 
