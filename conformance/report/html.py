@@ -233,6 +233,11 @@ function cellDetail(cell) {
   d.appendChild(el("h2", {}, cell.id));
   d.appendChild(el("p", {}, "tier " + cell.tier + ", verdict " + cell.verdict + (cell.wall_s != null ? ", " + cell.wall_s + " s" : "")));
   d.appendChild(el("p", {}, "repro:")); d.appendChild(el("pre", {class: "repro"}, cell.command || ""));
+  if (cell.evidence) {
+    const p = el("p", {class: "evidence"}, "engine logs (the evidence its verdicts rest on): ");
+    Object.entries(cell.evidence).forEach(([role, href]) => { p.appendChild(el("a", {href: href}, role)); p.appendChild(document.createTextNode(" ")); });
+    d.appendChild(p);
+  }
   const t = el("table"), h = el("tr");
   ["clause", "status", "message"].forEach(x => h.appendChild(el("th", {}, x))); t.appendChild(h);
   data.clauses.filter(c => c in cell.statuses).forEach(c => {
@@ -289,7 +294,7 @@ def page_data(matrix: dict[str, Any]) -> dict[str, Any]:
             texts.append(text)
         return index[text]
 
-    keep = ("id", "tier", "level", "coordinates", "statuses", "verdict", "command", "wall_s")
+    keep = ("id", "tier", "level", "coordinates", "statuses", "verdict", "command", "wall_s", "evidence")
     package_sets: list[dict[str, str]] = []
     cells = [{**{k: c[k] for k in keep if k in c},
               "messages": {clause: ref(m) for clause, m in (c.get("messages") or {}).items() if m},

@@ -86,6 +86,10 @@ def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
             **({"engine_env": e} if (e := (doc.get("connector") or {}).get("engine_env")) else {}),
             # what the suite started in the user's place (LMCache's server), in words
             **({"supplied": u} if (u := (doc.get("connector") or {}).get("supplied")) else {}),
+            # each engine role's log, kept beside the results file (relative to its folder)
+            **({"evidence": e} if (e := {role: ev["log"] for role, ev in
+                                         ((doc.get("connector") or {}).get("engine_evidence") or {}).items()
+                                         if ev.get("log")}) else {}),
         })
     return derive({"schema": "kvconform.matrix-report/1", "cells": cells})
 
@@ -215,6 +219,8 @@ def markdown(matrix: dict[str, Any]) -> str:
             lines.append(f"- **{cell['id']}** `{p['clause']}` {p['status']}: {first}")
             repro = cell["command"].replace("RESULTS.json", "out.json").replace(" --junitxml=JUNIT.xml", "")
             lines.append(f"  - repro: `{repro}`")
+            if cell.get("evidence"):
+                lines.append("  - engine logs: " + ", ".join(f"[{role}]({href})" for role, href in cell["evidence"].items()))
     return "\n".join(lines) + "\n"
 
 
@@ -246,10 +252,22 @@ def write_report(matrix: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """matrix.json, matrix.md and index.html of ``matrix`` in ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    matrix = linked_evidence(matrix, out_dir)
     (out_dir / "matrix.json").write_text(json.dumps(matrix, indent=2, sort_keys=True) + "\n")
     (out_dir / "matrix.md").write_text(markdown(matrix))
     (out_dir / "index.html").write_text(render_html(matrix))
     return matrix
+
+
+def linked_evidence(matrix: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """``matrix`` with each cell's engine logs as links from ``out_dir`` (a report beside its results,
+    ``results/TIER/report/``, reaches them; a published copy without them links none)."""
+    cells = []
+    for cell in matrix["cells"]:
+        logs = {role: f"../{path}" for role, path in (cell.get("evidence") or {}).items()
+                if (out_dir / ".." / path).is_file()}
+        cells.append({**{k: v for k, v in cell.items() if k != "evidence"}, **({"evidence": logs} if logs else {})})
+    return {**matrix, "cells": cells}
 
 
 def any_red(matrix: dict[str, Any]) -> bool:

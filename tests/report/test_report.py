@@ -346,6 +346,26 @@ def test_what_the_suite_supplied_is_said_under_the_subjects_grid(tmp_path):
     assert not any("supplied" in line for line in subjects["ExampleConnector"]["summary"])
 
 
+def test_a_cells_engine_logs_are_linked_where_the_report_reaches_them(tmp_path):
+    """Each engine role's log, kept beside the results (connector.engine_evidence), is linked from the
+    cell's detail and its problems when the report sits beside its results; a copy elsewhere links none."""
+    out = tmp_path / "results"
+    write_stack_cell(out, "0.32.0", "0.5.6", "Fail", connector="LMCacheMPConnector")
+    path = next(out.glob("*.json"))
+    doc = json.loads(path.read_text())
+    log = f"{path.stem}.evidence/engine/load.log"
+    doc["connector"]["engine_evidence"] = {"load": {"ok": True, "log": log, "requests": []},
+                                           "store": {"ok": True, "log": f"{path.stem}.evidence/engine/gone.log"}}
+    results.write(path, doc)
+    (out / log).parent.mkdir(parents=True)
+    (out / log).write_text("engine log\n")
+    beside = report.render(out, out / "report")
+    assert [c["evidence"] for c in beside["cells"]] == [{"load": f"../{log}"}]  # the missing log is not linked
+    assert f"[load](../{log})" in (out / "report" / "matrix.md").read_text()
+    elsewhere = report.render(out, tmp_path / "published" / "report")
+    assert not any("evidence" in c for c in elsewhere["cells"])
+
+
 def test_a_stack_axis_of_many_releases_reads_as_ranges_and_fits_the_first_screen(tmp_path, chromium):
     """Fourteen vLLM releases on two LMCache lines (the axis from 0.19 to 0.32): the grid is drawn
     compact, whole in 1600 x 1000; LMCache spans its columns once; the summary names runs of
