@@ -74,7 +74,32 @@ def matrix(session: nox.Session) -> None:
 @nox.session(default=False)
 @nox.parametrize("tier, name, stack", _cells())
 def cell(session: nox.Session, tier: str, name: str, stack: str | None) -> None:
-    """One matrix cell in a venv of its own stack: its result lands in results/TIER/ (a CI job per cell: see .github/)."""
+    """One matrix cell in a venv of its own stack: its result lands in results/TIER/."""
+    _install_stack(session, tier, stack)
+    # Exit 1 (a red cell) is a verdict, not a session failure: the report job gates on it.
+    session.run("kvconform", "run", "--tier", tier, "--cell", name,
+                *session.posargs, success_codes=[0, 1])
+
+
+def _stacks() -> list[nox.param]:
+    matrix = _matrix()
+    names = sorted({c.stack.name for tier in matrix.tiers for c in matrix.cells(tier) if c.stack})
+    return [nox.param(None, id="default"), *(nox.param(n, id=n) for n in names)]
+
+
+@nox.session(default=False)
+@nox.parametrize("stack", _stacks())
+def stack(session: nox.Session, stack: str | None) -> None:
+    """One CI job of a planned tier (`kvconform plan`): the stack installed once, then the cells the
+    job names, with the runner's lanes: `nox -s "stack(vllm-0.28.0)" -- --tier full --cell NAME ...`."""
+    args = list(session.posargs)
+    tier = args[args.index("--tier") + 1] if "--tier" in args else "quick"
+    _install_stack(session, tier, stack)
+    session.run("kvconform", "run", *args, success_codes=[0, 1])  # exit 1, a red cell, is a verdict
+
+
+def _install_stack(session: nox.Session, tier: str, stack: str | None) -> None:
+    """``stack`` (None: matrix.yaml's default) into the session's venv, as ``tier``'s platform takes it."""
     matrix = _matrix()
     platform = matrix.tiers[tier].platform
     if platform == PLATFORM and stack and matrix.stacks[stack].torch:
@@ -87,9 +112,6 @@ def cell(session: nox.Session, tier: str, name: str, stack: str | None) -> None:
         session.install(*_stack_install(stack, platform))
         session.install("--no-deps", "-e", ".")
         session.install(*SUITE_DEPS)
-    # Exit 1 (a red cell) is a verdict, not a session failure: the report job gates on it.
-    session.run("kvconform", "run", "--tier", tier, "--cell", name,
-                *session.posargs, success_codes=[0, 1])
 
 
 @nox.session(default=False)

@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
                           "more than 2 rarely pays on a small machine)")
     run.add_argument("--cell", action="append", default=[], metavar="NAME",
                      help="run only this cell, by name or id (repeatable); the report still covers every result present")
+    run.add_argument("--shard", default=None, metavar="I/N",
+                     help="run only job I of the tier planned in N jobs (kvconform plan: one stack per job), for a "
+                          "fleet of N machines; shard 1 also records the excluded cells. Merge the result folders "
+                          "into one and render it with kvconform report")
     run.add_argument("--list", action="store_true", help="print the tier's cells (name, then id) and exit")
     run.add_argument("--stacks-dir", type=Path, default=Path(".kvconform/stacks"),
                      help="where a stack that the current Python lacks gets its venv (default: .kvconform/stacks)")
@@ -102,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     areq.add_argument("--fingerprint", type=Path, action="append", default=[], metavar="FILE",
                       help="check against this fingerprint (repeatable); default: the installed vLLM, by import")
 
+    pln = sub.add_parser("plan", help="a tier's cells as CI jobs (one stack per job, sharded to fit --max-jobs), as JSON")
+    pln.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
+    pln.add_argument("--tier", default="quick")
+    pln.add_argument("--max-jobs", type=int, default=None, help="default: 64 (GitHub allows 256 jobs in one matrix)")
+
     stk = sub.add_parser("stacks", help="the stack venvs (and shared torch bases) on disk, with their size; "
                                         "--prune removes what matrix.yaml no longer uses")
     stk.add_argument("--stacks-dir", type=Path, default=Path(".kvconform/stacks"))
@@ -110,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="remove stacks matrix.yaml does not name, unfinished installs, and unused torch bases")
 
     args = parser.parse_args(argv)
-    commands = {"run": _run, "stacks": _stacks, "report": _report, "clauses": _clauses, "gate": _gate,
+    commands = {"run": _run, "plan": _plan, "stacks": _stacks, "report": _report, "clauses": _clauses, "gate": _gate,
                 "certify": _certify, "verify": _verify,
                 "diff": _diff, "api-fingerprint": _api_fingerprint, "api-diff": _api_diff,
                 "api-requirements": _api_requirements}
@@ -123,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from conformance.matrix import definition as matrix
-    from conformance.matrix import runner
+    from conformance.matrix import plan, runner
     from conformance.report import render as report
 
     try:
@@ -135,9 +144,15 @@ def _run(args: argparse.Namespace) -> int:
             raise matrix.MatrixError(f"{args.matrix}: cell {unknown[0]!r} is excluded: {left_out[unknown[0]]}")
         if unknown:
             raise matrix.MatrixError(_no_such_cell(args, unknown[0], tier_cells))
-    except matrix.MatrixError as exc:
+        sharded = plan.shard(loaded, args.tier, args.shard) if args.shard else None
+    except (matrix.MatrixError, ValueError) as exc:
         print(f"kvconform: {exc}", file=sys.stderr)
         return 2
+    if sharded is not None:
+        if not sharded:
+            print(f"kvconform: shard {args.shard} of tier {args.tier!r} has no cells (the plan needs fewer jobs)")
+            return 0
+        args.cell = [*args.cell, *sharded]
     if args.list:
         for c in tier_cells:
             print(f"{c.name}\t{c.id}")
@@ -146,7 +161,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     cells = [c for c in tier_cells if not args.cell or c.name in args.cell or c.id in args.cell]
     results_dir = args.results or Path("results") / args.tier
-    for cell, reason in excluded if not args.cell else ():
+    for cell, reason in excluded if not args.cell or (args.shard or "").startswith("1/") else ():
         runner.write_excluded(cell, reason, results_dir)
     stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision,
                                         platform=loaded.tiers[args.tier].platform)
@@ -161,6 +176,13 @@ def _run(args: argparse.Namespace) -> int:
     rendered = report.render(results_dir, out, only=current)
     print(f"kvconform: report written to {out}/index.html, matrix.md and matrix.json")
     return 1 if report.any_red(rendered) else 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from conformance.matrix import plan
+
+    return plan.main(["--matrix", str(args.matrix), "--tier", args.tier,
+                      *(["--max-jobs", str(args.max_jobs)] if args.max_jobs else [])])
 
 
 def _stacks(args: argparse.Namespace) -> int:

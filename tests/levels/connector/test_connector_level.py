@@ -323,6 +323,13 @@ def test_vllms_offloading_connector_file_tier_outlives_its_engine(run_suite):
     assert statuses["api_connector_stats"] == statuses["api_kv_events"] == "Pass"
 
 
+def test_a_save_reported_before_it_is_written_is_caught(run_suite):
+    """The async-commit known-good reporting each save when queued, not when written (its one-bug
+    twin): vLLM frees the blocks on the report and the next request overwrites them first."""
+    run = api_suite(run_suite, ZOO + "early_report:EarlyReportConnector", "-k", "save_before_free or save_load_roundtrip")
+    assert run.statuses() == {"api_save_before_free": "Fail", "api_save_load_roundtrip": "Fail"}, run.output[-3000:]
+
+
 FS_TIER = ("--kv-lmcache-server-arg=--l2-adapter",
            '--kv-lmcache-server-arg={"type": "fs", "base_path": "{server}/l2"}')
 
