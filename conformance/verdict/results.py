@@ -134,8 +134,10 @@ _SECRET_KEY = re.compile(_SECRET_NAME, re.I)
 # may hold "/" or ":"); masking too much is the safe side.
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s'\"]*):(?P<pw>[^\s'\"]+)@", re.I)
 _QUERY_SECRET = re.compile(rf"(?P<name>[?&;][a-z0-9_.-]*?(?:{_SECRET_NAME})=)[^&;#\s'\"]+", re.I)
-_PAIR_SECRET = re.compile(rf"(?P<name>[\"']?[a-z0-9_.-]*?(?:{_SECRET_NAME})[\"']?\s*[:=]\s*[\"']?(?:bearer\s+|basic\s+)?)"
-                          rf"(?P<value>[^\s\"',;&}}]+)", re.I)
+# A ``name=value`` or ``name: value`` pair (a quoted JSON key's colon needs no space); a colon with
+# nothing around it is Python's ``module:object`` (a store ``acme_key:make_store``), never a pair.
+_PAIR_SECRET = re.compile(rf"(?P<name>[\"']?[a-z0-9_.-]*?(?:{_SECRET_NAME})(?:[\"']\s*:\s*|\s*=\s*|\s*:\s+)"
+                          rf"[\"']?(?:bearer\s+|basic\s+)?)(?P<value>[^\s\"',;&}}]+)", re.I)
 REDACTED = "***"
 # The engine environment a connector declares (--kv-engine-env NAME=VALUE) is the deployment's, and a
 # value may be a credential whatever its name: recorded by name, the value only for these (no secret).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.verdict.clauses import CLAUSES
-from conformance.verdict.results import SCHEMA, redact
+from conformance.verdict.results import SCHEMA, redact, redact_text
 
 
 def error_lines(output: str) -> list[str]:
@@ -85,6 +85,15 @@ def test_xdist_gives_the_same_verdicts(run_suite):
     parallel = run_suite("--kv-store=conformance.zoo.wrong_stride_view:make_store", "--kv-profile=ci", "-n", "2")
     assert serial.statuses() == parallel.statuses()
     assert parallel.failed_clauses() == {"stride_contract"}
+
+
+def test_redaction_masks_secret_pairs_but_never_a_module_object_spec():
+    # A store or connector named module:object (a module ending in "key") is a name, not a secret pair.
+    for name in ("tested store 'acme_key:make_store'", "conformance.zoo.format_blind_key:make_store"):
+        assert redact_text(name) == name
+    for text, masked in [("api_key: abc", "api_key: ***"), ('{"api_key":"abc"}', '{"api_key":"***"}'),
+                         ("TOKEN=abc", "TOKEN=***"), ("Authorization: Bearer xyz", "Authorization: Bearer ***")]:
+        assert redact_text(text) == masked
 
 
 def test_redaction():
