@@ -68,6 +68,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.user_properties.append(("kvconform.status", status.value))
         if test is not None:
             report.user_properties.append(("kvconform.examples", test.examples))
+            if test.passes:  # the connector level's per-request outcomes (JSON: xdist carries strings)
+                report.user_properties.append(("kvconform.evidence", json.dumps(test.passes)))
         kind = HarnessError if status is Status.ERROR else ClauseViolation
         violations = _found(call.excinfo, kind) if report.when == "call" else []
         if violations:
@@ -174,6 +176,7 @@ class Recorder:
         self.records.append(TestRecord(
             nodeid=report.nodeid, clause=props["kvconform.clause"], status=props["kvconform.status"],
             duration_s=round(report.duration, 4), examples=int(props.get("kvconform.examples", 0)),
+            evidence=json.loads(props["kvconform.evidence"]) if props.get("kvconform.evidence") else None,
             message=props.get("kvconform.message")
             or (_message(report).removeprefix("Skipped: ") if (report.failed or report.skipped) else "")))
 

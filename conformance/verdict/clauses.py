@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 if TYPE_CHECKING:
@@ -342,6 +342,9 @@ class RunningTest:
     # none changed (a codec in no load's path) leaves the clause Not exercised.
     within: int = 0
     coded: int = 0
+    # What each pass of the connector level loaded, per request (the last MAX_PASSES): the evidence
+    # a verdict rests on, kept in the results.
+    passes: list[dict[str, Any]] = field(default_factory=list)
     observed: str = ""  # what the workload did (prompts evicted, local hits), recorded with a Pass
 
 
@@ -390,6 +393,16 @@ def count_coded(compared: int, changed: int) -> None:
     if test is not None:
         test.within += compared
         test.coded += changed
+
+
+MAX_PASSES = 24  # passes kept per clause test: the last ones (a failing example ends the test)
+
+
+def record_pass(outcome: dict[str, Any]) -> None:
+    """Record one connector-level pass's outcome (its requests' loaded tokens, failed blocks)."""
+    test = _RUNNING.get()
+    if test is not None:
+        test.passes = [*test.passes[-(MAX_PASSES - 1):], outcome]
 
 
 def clause(clause_id: str) -> Callable[[F], F]:

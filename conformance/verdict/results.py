@@ -48,6 +48,7 @@ class TestEntry(TypedDict, total=False):
     raw_status: str  # the suite's own verdict, before the matrix's expectations
     expected: str  # why the matrix expects a failure here
     raw_message: str  # the suite's own message, where an XPass replaced it
+    evidence: list[dict[str, Any]]  # the connector level's last passes: each request's loaded tokens, failed blocks
 
 
 class CellInfo(TypedDict, total=False):
@@ -92,6 +93,7 @@ class TestRecord:
     duration_s: float
     examples: int
     message: str = ""
+    evidence: list[dict[str, Any]] | None = None  # the connector level's passes: each request's loaded tokens
 
 
 def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str]:
@@ -190,7 +192,7 @@ def build(*, store: dict[str, Any], profile: str, hypothesis_settings: dict[str,
         "kv_cache_dtypes": kv_cache_dtypes,  # None: every string vLLM knows
         "hypothesis_settings": hypothesis_settings,
         "environment": environment(),
-        "tests": [redact(asdict(r)) for r in records],
+        "tests": [redact({k: v for k, v in asdict(r).items() if k != "evidence" or v is not None}) for r in records],
         "summary": dict(Counter(r.status for r in records)),
     }
 

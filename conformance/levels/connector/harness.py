@@ -30,7 +30,7 @@ from conformance.levels.subject import (
     side_channel_ports,
     unreachable_storage,
 )
-from conformance.verdict.clauses import count_load, running
+from conformance.verdict.clauses import count_load, record_pass, running
 from conformance.verdict.forked import beat, call_forked
 from conformance.verdict.guard import Guarded, HarnessError, StoreTimeout, call_within
 
@@ -295,6 +295,9 @@ class ConnectorHarness:
                     raise PhantomHit(self.connector.label, run)
                 if runs or not cold:
                     count_load(sum(run.external_tokens.values()))
+                record_pass({"storage": storage, "pass": number, "kv_cache_dtype": kv_cache_dtype, "layout": layout,
+                             "block_size": block_size, "loaded": dict(run.external_tokens),
+                             "failed_blocks": sorted(run.load_errors)[:16]})
                 runs.append(run)
         except BaseException:
             pair.close(quiet=True)

@@ -328,6 +328,9 @@ def test_a_save_reported_before_it_is_written_is_caught(run_suite):
     twin): vLLM frees the blocks on the report and the next request overwrites them first."""
     run = api_suite(run_suite, ZOO + "early_report:EarlyReportConnector", "-k", "save_before_free or save_load_roundtrip")
     assert run.statuses() == {"api_save_before_free": "Fail", "api_save_load_roundtrip": "Fail"}, run.output[-3000:]
+    # The evidence each verdict rests on: every pass's requests and what each loaded.
+    for test in run.results["tests"]:
+        assert test["evidence"] and all(isinstance(p["loaded"], dict) and p["storage"] for p in test["evidence"])
 
 
 FS_TIER = ("--kv-lmcache-server-arg=--l2-adapter",
