@@ -161,7 +161,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     cells = [c for c in tier_cells if not args.cell or c.name in args.cell or c.id in args.cell]
     results_dir = args.results or Path("results") / args.tier
-    for cell, reason in excluded if not args.cell or (args.shard or "").startswith("1/") else ():
+    first_shard = args.shard is not None and int(args.shard.partition("/")[0]) == 1  # validated by plan.shard
+    for cell, reason in excluded if not args.cell or first_shard else ():
         runner.write_excluded(cell, reason, results_dir)
     stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision,
                                         platform=loaded.tiers[args.tier].platform)

@@ -3,7 +3,8 @@
 Slots are compared as raw bytes (``torch.equal`` on uint8), never as floats: NaN payloads
 and -0 are content. A message names the layer, the token, the blocks and the first differing
 byte, because "caches differ" helps nobody fix a connector. A connector that declares itself
-lossy (``lossy=TOL``) is held to its tolerance instead, token by token (``same_rows``).
+lossy (``lossy=TOL``) is held to its tolerance instead: a layer's loaded values at once, or token
+by token where tokens are attributed to the prompt that computed them (``same_rows``).
 """
 
 from __future__ import annotations
@@ -44,15 +45,15 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
         positions, src_blocks, dst_blocks = slots
         offsets = positions % loaded.block_size
         want, got = token_rows(written[layer], src_blocks, offsets), token_rows(view, dst_blocks, offsets)
+        differs = (want != got).any(dim=1)
         if loaded.tolerance is not None:  # the layer's loaded values at once, as a lossy store is judged
-            exact = ~(want != got).any(dim=1)
-            count_coded(len(exact), int((~exact).sum()))
+            count_coded(len(differs), int(differs.sum()))
             error = float(_errors(want.reshape(1, -1), got.reshape(1, -1), loaded.element)[0])
             if not error <= loaded.tolerance:
                 problems.append(f"{layer}: the values of its {len(positions)} loaded tokens are off by a relative RMS "
                                 f"error of {error:.3g}, but the connector declares at most {loaded.tolerance:g} (lossy)")
             continue
-        bad = (want != got).any(dim=1).nonzero().flatten().tolist()
+        bad = differs.nonzero().flatten().tolist()
         if bad:
             i = bad[0]
             byte = int((want[i] != got[i]).nonzero()[0])
@@ -67,9 +68,8 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
 def same_rows(want: torch.Tensor, got: torch.Tensor, loaded: Run) -> torch.Tensor:
     """Which token rows (bytes) ``got`` holds as ``want``: byte for byte, or for a lossy connector
     its values within the declared tolerance, row by row (``_errors``)."""
-    exact = ~(want != got).any(dim=1)
     if loaded.tolerance is None:
-        return exact
+        return ~(want != got).any(dim=1)
     return _errors(want, got, loaded.element) <= loaded.tolerance
 
 

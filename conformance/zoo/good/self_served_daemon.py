@@ -10,12 +10,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from conformance.util import procs
 
 CHUNK_SIZE = 64  # tokens per LMCache chunk: a multiple of every block size vLLM-CPU uses
 L1_GB = 0.0625  # a small memory tier: the disk tier is the one that persists
@@ -40,18 +41,8 @@ def _healthy(http_port: int) -> bool:
         return False
 
 
-def _free_ports(n: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def main(home: Path) -> None:
-    port, http_port, prometheus = _free_ports(3)
+    port, http_port, prometheus = procs.free_ports(3)
     tier = home / "tier"
     tier.mkdir(exist_ok=True)
     server = subprocess.Popen(

@@ -364,6 +364,16 @@ def test_a_lossy_codec_is_held_to_the_tolerance_it_declares(run_suite, tolerance
             assert f"but the connector declares at most {tolerance} (lossy)" in test["message"], test["message"]
 
 
+def test_a_lossy_declaration_with_no_codec_in_the_path_is_not_exercised(run_suite):
+    """Declared lossy, a connector whose loads all come back byte for byte never tried its tolerance:
+    Not exercised, never a Pass (a memory tier in front of the codec, or no codec at all)."""
+    run = api_suite(run_suite, GOOD + "lifecycle:LifecycleConnector", "--kv-connector-capabilities=persistent,lossy=0.1",
+                    "-k", "same_engine_roundtrip", persistent=False)
+    assert run.statuses() == {"api_same_engine_roundtrip": "Not exercised"}, run.output[-3000:]
+    (test,) = run.results["tests"]
+    assert "the lossy codec the connector declares was in no load's path" in test["message"], test["message"]
+
+
 SELF_SERVED = {"self_served.dir": "{storage}"}
 
 
