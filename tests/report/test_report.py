@@ -366,6 +366,25 @@ def test_a_cells_engine_logs_are_linked_where_the_report_reaches_them(tmp_path):
     assert not any("evidence" in c for c in elsewhere["cells"])
 
 
+def test_what_a_clauses_recorded_passes_loaded_is_shown_beside_its_verdict(tmp_path):
+    """A connector-level clause's recorded passes (its results entry's evidence) read in the cell's
+    detail and under its problem as what its verdict rests on: tokens loaded, blocks reported failed."""
+    out = tmp_path / "results"
+    write_stack_cell(out, "0.32.0", "0.5.6", "Fail")
+    path = next(out.glob("*.json"))
+    doc = json.loads(path.read_text())
+    test = doc["tests"][0]
+    test["evidence"] = [{"pass": 1, "kv_cache_dtype": "auto", "loaded": {"load": 64, "neighbour": 0},
+                         "failed_blocks": [3]},
+                        {"pass": 1, "kv_cache_dtype": "fp8_e5m2", "loaded": {"load": 32}, "failed_blocks": []}]
+    results.write(path, doc)
+    matrix = report.render(out, tmp_path / "out")
+    said = "its last 2 recorded pass(es) loaded 96 tokens, 1 block(s) reported failed (auto, fp8_e5m2)"
+    assert matrix["cells"][0]["loads"] == {test["clause"]: said}
+    assert f"  - evidence: {said}" in (tmp_path / "out" / "matrix.md").read_text()
+    assert said in (tmp_path / "out" / "index.html").read_text()
+
+
 def test_a_stack_axis_of_many_releases_reads_as_ranges_and_fits_the_first_screen(tmp_path, chromium):
     """Fourteen vLLM releases on two LMCache lines (the axis from 0.19 to 0.32): the grid is drawn
     compact, whole in 1600 x 1000; LMCache spans its columns once; the summary names runs of

@@ -62,7 +62,17 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
                 f"(stored in block {int(src_blocks[i])}, loaded into block {int(dst_blocks[i])}, slot "
                 f"{int(offsets[i])}): byte {byte} is 0x{int(got[i][byte]):02x}, but should be "
                 f"0x{int(want[i][byte]):02x}")
-    return problems[:MAX_REPORTED]
+    return problems[:MAX_REPORTED] + late_note(loaded, problems)
+
+
+def late_note(run: Run, problems: Sequence[str]) -> list[str]:
+    """Why loaded bytes differ where the load landed after the forward pass read them."""
+    if not (problems and run.landed_late):
+        return []
+    return [f"{len(run.landed_late)} loaded block(s) changed after the forward pass had read them "
+            f"({', '.join(run.landed_late[:MAX_REPORTED])}): the load landed after wait_for_layer_load returned, "
+            "so the model computed with what the blocks held before (what is compared is what it read): "
+            "wait_for_layer_load(layer) must return only once that layer's loaded KV is in place"]
 
 
 def same_rows(want: torch.Tensor, got: torch.Tensor, loaded: Run) -> torch.Tensor:
@@ -181,7 +191,7 @@ def unsourced_tokens(sources: Sequence[Source], loaded: Run, loaded_id: str, pro
             whose = f"the KV request {foreign[p]} computed" if p in foreign else "bytes no request computed there"
             problems.append(f"{layer}: {len(bad)} of {ntokens - first} loaded tokens hold KV computed for another "
                             f"prefix, first token {p}: it holds {whose}")
-    return problems[:MAX_REPORTED]
+    return problems[:MAX_REPORTED] + late_note(loaded, problems)
 
 
 def _exempt(loaded: Run, loaded_id: str, group: int, first: int, ntokens: int) -> torch.Tensor:

@@ -167,6 +167,11 @@ class Run:
     # request id -> (num_computed_tokens vLLM asked get_num_new_matched_tokens with: its own prefix
     # cache's hits, the tokens the connector claimed beyond them), from the first ask that got a count
     claims: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # (layer, block) -> the block's bytes when the layer's forward pass last read it as part of a
+    # request's computed prefix (``LiveLifetime._read``); and the blocks that changed after that read:
+    # a load that landed late (what the run is judged on is what the forward pass read).
+    read: dict[tuple[str, int], torch.Tensor] = field(default_factory=dict)
+    landed_late: list[str] = field(default_factory=list)
 
     @property
     def num_blocks(self) -> int:
@@ -605,8 +610,10 @@ class _Pair:
         h._track_blocks(out, run)
         reallocated = self._reallocated(out, run) if phase.reuse_reallocated else []
         forward = (lambda: self._overwrite(reallocated, run)) if reallocated else None
+        prefixes = self._prefix_blocks(out, run)
         connector_output = h._hook("worker hooks", self.runner.run_worker_step, self.worker.inner, out,
-                                   run.caches, run.mla, self.config, forward)
+                                   run.caches, run.mla, self.config, forward,
+                                   (lambda layer: self._read(layer, prefixes, run)) if prefixes else None)
         self._sort_load_errors(out, connector_output, inner, run)
         self.ledger.vet(connector_output, inner, self.step_no)
         result = h.era.model_runner_output(inner, out, connector_output, SAMPLED_TOKEN)
@@ -623,6 +630,43 @@ class _Pair:
             run.given_back |= set(self._freed(inner, run))
         self.step_no += 1
         return True
+
+    def _prefix_blocks(self, out: Any, run: Run) -> dict[int, list[int]]:
+        """Per KV cache group, the blocks of the computed prefixes (loaded or vLLM's own hits) of the
+        requests this step schedules for the first time or again after a preemption: what their
+        forward pass reads."""
+        found: dict[int, set[int]] = {}
+
+        def add(groups: Sequence[Sequence[int]], computed: int) -> None:
+            for group, ids in enumerate(groups):
+                found.setdefault(group, set()).update(b for b in list(ids)[:-(-computed // self.block_size)] if b)
+
+        for new in out.scheduled_new_reqs:
+            add(new.block_ids, new.num_computed_tokens)
+        cached = out.scheduled_cached_reqs
+        resumed = self.harness.era.resumed(out)
+        for i, rid in enumerate(cached.req_ids):
+            if rid in resumed:
+                add(run.group_blocks.get(rid) or [run.blocks.get(rid, [])], cached.num_computed_tokens[i])
+        return {group: sorted(blocks) for group, blocks in found.items() if blocks}
+
+    def _read(self, layer: str, prefixes: dict[int, list[int]], run: Run) -> None:
+        """The layer's forward pass reads the prefix blocks: keep their bytes as read."""
+        blocks = prefixes.get(run.groups.get(layer, 0))
+        if blocks:
+            rows = by_block(self.caches[layer])[torch.tensor(blocks, dtype=torch.long)].clone()
+            run.read.update({(layer, b): rows[i] for i, b in enumerate(blocks)})
+
+    def _landed_late(self, run: Run) -> None:
+        """Blocks whose bytes changed after the forward pass read them (not by the suite's own reuse)
+        are put back as read, and named: the model computed with what they held then."""
+        for (layer, block), was in run.read.items():
+            now = by_block(self.caches[layer])[block]
+            if block in run.reused or torch.equal(now.contiguous().view(torch.uint8), was.contiguous().view(torch.uint8)):
+                continue
+            now.copy_(was)
+            run.landed_late.append(f"{layer} block {block}")
+        run.read.clear()
 
     def _stalled(self, scheduler: Any) -> None:
         """The phase's deadline passed with requests unfinished: say which, and what they wait for."""
@@ -712,6 +756,7 @@ class _Pair:
         assert run is not None and scheduler is not None
         run.misreports, self.ledger.problems = self.ledger.problems, []
         run.held = _held(scheduler.inner, self.free_at_start)
+        self._landed_late(run)
         if keep:
             run.caches = views_over(self.caches, backing_bytes(self.caches).clone())
         self.runs.append(run)

@@ -31,6 +31,11 @@ TWINS = {dtype: twin for dtype, twin in SAME_WIDTH_TWINS.items() if {dtype, twin
 BLOCK_SIZES = (16, 32)
 SCENARIO_BLOCK = 16  # the scenarios' block size: the smallest the level draws, the most blocks per prompt
 UNIQUE_PREFIX = 2  # tokens that make every example's prompts its own
+# What every prompt is lengthened by for a connector that declares min-span=TOKENS (its span in whole
+# SPAN_UNITs: the largest block size the level runs, so no prompt moves against a block boundary);
+# set once per session, before any clause runs (``session.open_harness``).
+SPAN_UNIT = 64
+SPAN = [0]
 LOW_TOKEN = 2  # 0 and 1 are often special
 _counter = itertools.count(1)
 
@@ -79,8 +84,10 @@ def prompts(draw: st.DrawFn, *, vocab_size: int, max_len: int, min_len: int = 1,
     return unique_prompts(vocab_size, n, m, seed=draw(st.integers(0, 2**16), label="token_seed"))
 
 
-def unique_prompts(vocab_size: int, n: int, m: int = 8, *, seed: int) -> Prompts:
-    """A stored prompt of ``n`` and a neighbour of ``m`` random tokens, each after its unique prefix."""
+def unique_prompts(vocab_size: int, n: int, m: int = 8, *, seed: int, spanned: bool = True) -> Prompts:
+    """A stored prompt of ``n`` and a neighbour of ``m`` random tokens, each after its unique prefix
+    (``spanned``: each lengthened by the declared min span, ``SPAN``)."""
+    n, m = (n + SPAN[0], m + SPAN[0]) if spanned else (n, m)
     body = torch.randint(LOW_TOKEN, vocab_size, (n + m,), generator=torch.Generator().manual_seed(seed)).tolist()
     return Prompts(_unique(LOW_TOKEN, vocab_size) + body[:n], _unique(LOW_TOKEN, vocab_size) + body[n:], vocab_size)
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, cast
 from conformance.levels.connector.eras import Era, select_era
 from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.connector.scenarios import FELL_BACK, axis_dtypes
-from conformance.levels.subject import ConnectorChoice, LMCacheService
+from conformance.levels.subject import ConnectorChoice, LMCacheService, span_pad
 
 LMCACHE_CHUNK_SIZE = 64  # a multiple of every block size the level draws
 
@@ -16,7 +16,10 @@ LMCACHE_CHUNK_SIZE = 64  # a multiple of every block size the level draws
 def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
                  timeout_s: float) -> tuple[ConnectorHarness, Callable[[], None]]:
     """The harness and what closes it; EraUnavailable when no shim covers the installed vLLM."""
+    from conformance.levels.connector import scenarios
     from conformance.levels.engine.models import materialise
+
+    scenarios.SPAN[0] = span_pad(connector.min_span, scenarios.SPAN_UNIT)
 
     service = None
     if LMCacheService.wanted_by(connector):  # its imports beside vLLM's: awaited at config() below

@@ -179,9 +179,10 @@ def test_preemption(connector_api):
     phases = [Phase([("a", ps.stored), ("b", ps.neighbour)], seeded_fill(27)),
               Phase([("a-again", ps.stored)], seeded_fill(28)),
               Phase([("b-again", ps.neighbour)], seeded_fill(29))]
-    context = "with two 7-block prompts prefilled side by side in a cache of 10 usable blocks (a preemption): "
+    blocks = -(-len(ps.stored) // BLOCK_SIZE)  # 7 (more for a declared min span): a cache of 3 usable blocks more
+    context = f"with two {blocks}-block prompts prefilled side by side in a cache of {blocks + 3} usable blocks (a preemption): "
     with connector_faults_fail(cid, context):
-        first, *again = scenario_lifetime(connector_api, phases, num_blocks=11,
+        first, *again = scenario_lifetime(connector_api, phases, num_blocks=blocks + 4,
                                   scheduling={"max_num_batched_tokens": CHUNK, "long_prefill_token_threshold": 16})
     if not first.preempted:
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}vLLM preempted no request in this scenario (its scheduler changed?); "

@@ -23,6 +23,7 @@ from conformance.levels.connector.outcomes import connector_faults_fail, where
 from conformance.levels.connector.scenarios import (
     LOW_TOKEN,
     SCENARIO_BLOCK,
+    SPAN,
     UNIQUE_PREFIX,
     scenario_lifetime,
     seeded_fill,
@@ -147,14 +148,15 @@ def test_cache_pressure(connector_api):
     token_bytes = _kv_bytes_per_token(api)
     low, high = PRESSURE_PROMPT_BLOCKS
     blocks = min(high, max(low, capacity // (8 * token_bytes * BS)))
-    length = blocks * BS + 3
+    length = blocks * BS + 3 + SPAN[0]
     count = -(-PRESSURE_FACTOR * capacity // (length * token_bytes))
     if count > MAX_PRESSURE_PROMPTS:
         pytest.skip(f"{NOT_RUNNABLE_PREFIX}the declared capacity ({capacity} bytes) holds more than "
                     f"{MAX_PRESSURE_PROMPTS} prompts of {length} tokens ({length * token_bytes} bytes of KV each) can "
                     f"fill {PRESSURE_FACTOR} times over: configure the connector with a smaller bound for this run "
                     "and declare that capacity")
-    prompts = {f"p{i}": unique_prompts(api.vocab_size, length - UNIQUE_PREFIX, seed=700 + i).stored for i in range(count)}
+    prompts = {f"p{i}": unique_prompts(api.vocab_size, length - UNIQUE_PREFIX, seed=700 + i, spanned=False).stored
+               for i in range(count)}
     order = list(prompts)
     again = order[::-1]  # another order than they were stored in: the oldest asked for last
     batches = [order[i:i + PRESSURE_BATCH] for i in range(0, count, PRESSURE_BATCH)]
@@ -172,7 +174,7 @@ def test_cache_pressure(connector_api):
                "for again, newest first: ")
     knobs = {"max_model_len": length + BS, "max_num_batched_tokens": PRESSURE_BATCH * (length + BS)}
     with connector_faults_fail(cid, context):
-        runs = scenario_lifetime(api, phases, num_blocks=PRESSURE_BATCH * (blocks + 2) + 2, scheduling=knobs)
+        runs = scenario_lifetime(api, phases, num_blocks=PRESSURE_BATCH * (length // BS + 2) + 2, scheduling=knobs)
     stored_runs, asked_runs, finals = runs[:len(batches)], runs[len(batches):-len(recent)], runs[-len(recent):]
     sources = {rid: [_served(run, rid, prompts[rid])] for run, batch in zip(stored_runs, batches) for rid in batch}
     claimed = {}

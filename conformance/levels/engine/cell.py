@@ -31,6 +31,7 @@ from conformance.levels.subject import (
     ConnectorChoice,
     LMCacheService,
     side_channel_ports,
+    span_pad,
     unreachable_storage,
 )
 from conformance.stores.lmcache_forks import ForkServer
@@ -44,19 +45,24 @@ class NotRunnable(Exception):
     """This platform or vLLM cannot run what the scenario needs; the reason is vLLM's own."""
 
 
-def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024) -> dict[str, dict[str, Any]]:
+def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024, pad: int = 0) -> dict[str, dict[str, Any]]:
     """Prompts around block boundaries, one extending a stored prefix, a concurrent batch, and the
-    rest below; ``positions``: the model's, which bound the system prompt (``system_tokens``)."""
+    rest below; ``positions``: the model's, which bound the system prompt (``system_tokens``);
+    ``pad``: whole blocks every prompt (and the shared prefix) is lengthened by, for a connector
+    that declares a min span (``subject.span_pad``)."""
     rng = random.Random(seed)
 
     def tokens(n: int) -> list[int]:
         return [rng.randrange(VOCAB_LOW, VOCAB_HIGH) for _ in range(n)]
 
+    def prompt(n: int) -> list[int]:
+        return tokens(n + pad)
+
     bs = block_size
-    boundaries = [tokens(n) for n in (bs - 1, bs, bs + 1, 2 * bs, 2 * bs + 1, 3 * bs + 7, 4 * bs)]
-    shared = tokens(2 * bs)
-    concurrent = [shared + tokens(9), shared + tokens(bs + 3), tokens(2 * bs + 5), tokens(3 * bs)]
-    abandoned = [tokens(3 * bs + 5), tokens(2 * bs + 3)]
+    boundaries = [prompt(n) for n in (bs - 1, bs, bs + 1, 2 * bs, 2 * bs + 1, 3 * bs + 7, 4 * bs)]
+    shared = prompt(2 * bs)
+    concurrent = [shared + tokens(9), shared + tokens(bs + 3), prompt(2 * bs + 5), prompt(3 * bs)]
+    abandoned = [prompt(3 * bs + 5), prompt(2 * bs + 3)]
     return {
         "boundaries": {"name": "boundaries", "prompts": boundaries},
         "extends": {"name": "extends", "prompts": [boundaries[-1] + tokens(bs + 11)]},
@@ -71,16 +77,16 @@ def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024) -> dic
         "after_abort": {"name": "after_abort", "prompts": abandoned},
         # Prompts of REUSED_BLOCKS blocks each, for an engine of one block more: each is given the
         # blocks the one before it gave back (vLLM's free queue hands out the least recently used).
-        "reused": {"name": "reused", "prompts": [tokens((REUSED_BLOCKS - 1) * bs + bs // 3 + i) for i in range(3)]},
+        "reused": {"name": "reused", "prompts": [prompt((REUSED_BLOCKS - 1) * bs + bs // 3 + i) for i in range(3)]},
         # Tenants the other way: prompts a salted tenant stored (drawn last: the prompts above keep
         # their tokens), asked for again with no salt and under a third tenant's salt.
-        **_tenant_batches([tokens(2 * bs + 5), tokens(3 * bs + 1)]),
+        **_tenant_batches([prompt(2 * bs + 5), prompt(3 * bs + 1)]),
         # Adapters the other way: prompts stored under the LoRA adapter, asked for by the base model.
-        "adapter_stored": {"name": "adapter_stored", "prompts": (adapter := [tokens(2 * bs + 7)]), "lora": True},
+        "adapter_stored": {"name": "adapter_stored", "prompts": (adapter := [prompt(2 * bs + 7)]), "lora": True},
         "base_on_adapter": {"name": "base_on_adapter", "prompts": adapter},
         "other_adapter": {"name": "other_adapter", "prompts": adapter, "lora": "b"},  # adapter A's, asked under B
         # Prompts given as embeddings (drawn last, as above: lengths only, the child draws the embeddings).
-        **_embeds_batches(2 * bs + 7),
+        **_embeds_batches(2 * bs + 7 + pad),
         # Conversations after one long system prompt (drawn last, as above), one by one: a fresh engine
         # loads the first; for the others vLLM's own prefix cache holds the system prompt (and the
         # first conversation) and the connector is asked only for the rest (local and external hits).
@@ -88,13 +94,13 @@ def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024) -> dic
     }
 
 
-def pressure_batches(capacity: int, token_bytes: int, block_size: int) -> dict[str, dict[str, Any]] | str:
+def pressure_batches(capacity: int, token_bytes: int, block_size: int, pad: int = 0) -> dict[str, dict[str, Any]] | str:
     """Prompts that fill ``capacity`` bytes PRESSURE_FACTOR times over, stored one by one (``pressure``),
-    asked for again newest first (``pressure_again``); or
+    asked for again newest first (``pressure_again``), each ``pad`` tokens longer (a declared min span); or
     why a capacity that large cannot be filled here (at most MAX_PRESSURE_PROMPTS prompts)."""
     low, high = PRESSURE_PROMPT_BLOCKS
     blocks = min(high, max(low, capacity // (8 * token_bytes * block_size)))
-    length = blocks * block_size + 5
+    length = blocks * block_size + 5 + pad
     count = -(-PRESSURE_FACTOR * capacity // (length * token_bytes))
     if count > MAX_PRESSURE_PROMPTS:
         return (f"the declared capacity ({capacity} bytes) takes more than {MAX_PRESSURE_PROMPTS} prompts of {length} "
@@ -279,12 +285,14 @@ class EngineCell:
         self.model_config: dict[str, Any] = json.loads(config.read_text()) if (config := model / "config.json").is_file() \
             else {}
         self.positions = int(self.model_config.get("max_position_embeddings", DEFAULT_MODEL_LEN))
-        self.batches = prompt_batches(block_size, positions=self.positions)
+        # A connector's declared min span lengthens every prompt by whole blocks (the "reused" engine grows with them).
+        self.pad = span_pad(connector.min_span, block_size)
+        self.batches = prompt_batches(block_size, positions=self.positions, pad=self.pad)
         # A declared capacity sizes a cache-pressure workload (its baseline runs it too); None: no such
         # workload (not declared), or why it cannot be sized here (``pressure_batches``).
         self.pressure: str | None = None
         if connector.capacity_bytes:
-            found = pressure_batches(connector.capacity_bytes, self._token_bytes(), block_size)
+            found = pressure_batches(connector.capacity_bytes, self._token_bytes(), block_size, self.pad)
             if isinstance(found, str):
                 self.pressure = found
             else:
@@ -368,6 +376,11 @@ class EngineCell:
         if self._forks is not None:
             self._forks.stop()
 
+    @property
+    def reused_blocks(self) -> int:
+        """The blocks of each "reused" prompt: REUSED_BLOCKS, and a declared min span's."""
+        return REUSED_BLOCKS + self.pad // self.block_size
+
     # -- engines --------------------------------------------------------------------------------
     def _spec(self, kv_cache_dtype: str, role: str | None, batches: list[str],
               load_failure_policy: str | None = None, reload: list[str] | None = None,
@@ -421,8 +434,8 @@ class EngineCell:
             # A cache of one usable block more than a "reused" prompt takes (vLLM's null block besides),
             # each request ending in its prefill step: the next one is given the blocks it gave back.
             "reuse_store": lambda: {**self._spec(dtype, using("reuse_store"), ["reused"]), "max_tokens": 1, "drain": True,
-                                    "num_blocks": REUSED_BLOCKS + 2,
-                                    "max_model_len": (REUSED_BLOCKS + 1) * self.block_size},
+                                    "num_blocks": self.reused_blocks + 2,
+                                    "max_model_len": (self.reused_blocks + 1) * self.block_size},
             "reuse_load": lambda: self._spec(dtype, "reuse_load", ["reused"]),
             "prefix_store": lambda: {**self._spec(dtype, using("prefix_store"), ["system"]), "drain": True},
             "prefix_load": lambda: self._spec(dtype, "prefix_load", ["system"]),

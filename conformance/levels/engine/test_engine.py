@@ -21,7 +21,6 @@ from conformance.levels.engine.cell import (
     PREFIX_ROLES,
     PRESSURE_ROLES,
     REUSE_ROLES,
-    REUSED_BLOCKS,
     SALT,
     SAME_ENGINE,
     STORED,
@@ -282,7 +281,7 @@ def test_engine_block_reuse(cell):
     prompts = len(cell.batches["reused"]["prompts"])
     _identical(cell, load, base, ["reused"], cid,
                f"a fresh engine's reload ({external_hits(load, 'reused'):g} external hit tokens) of {prompts} "
-               f"prompts of {REUSED_BLOCKS} blocks that an engine of {REUSED_BLOCKS + 1} usable blocks stored, one "
+               f"prompts of {cell.reused_blocks} blocks that an engine of {cell.reused_blocks + 1} usable blocks stored, one "
                "by one, each given the blocks the one before it gave back as soon as it ended (a connector that "
                "still reads a request's blocks once request_finished let vLLM free them stores the next request's "
                "KV for it)")

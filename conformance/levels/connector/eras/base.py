@@ -67,10 +67,12 @@ class Era(Protocol):
         """Request ids this step re-admits after a preemption."""
 
     def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
-                        mla: bool, config: Any, forward_pass: Callable[[], None] | None = None) -> Any:
+                        mla: bool, config: Any, forward_pass: Callable[[], None] | None = None,
+                        read: Callable[[str], None] | None = None) -> Any:
         """The model runner's connector hooks for one step; returns the KVConnectorOutput. ``forward_pass``
         is what the model's forward pass writes: called after the connector's pre-forward hooks
-        (start_load_kv) and before the first layer's, in a step that computes tokens."""
+        (start_load_kv) and before the first layer's, in a step that computes tokens. ``read(layer)``:
+        where the layer's attention reads its KV (once ``wait_for_layer_load`` returned)."""
 
     def model_runner_output(self, scheduler: Any, scheduler_output: Any, connector_output: Any,
                             token: int) -> Any:

@@ -191,7 +191,8 @@ class HookEra:
         return {rid for rid, again in zip(cached.req_ids, cached.resumed_from_preemption) if again}
 
     def run_worker_step(self, worker: Any, scheduler_output: Any, caches: Mapping[str, torch.Tensor],
-                        mla: bool, config: Any, forward_pass: Callable[[], None] | None = None) -> Any:
+                        mla: bool, config: Any, forward_pass: Callable[[], None] | None = None,
+                        read: Callable[[str], None] | None = None) -> Any:
         """vLLM's own model-runner connector code for one step (``_get_kv_connector_output``, which
         calls the hooks this vLLM calls, in its order), around what each attention layer does."""
         from vllm.distributed.kv_transfer import kv_transfer_state
@@ -214,6 +215,8 @@ class HookEra:
                     forward_pass()
                 for name, layer_metadata in metadata.items():  # what each attention layer's forward does
                     worker.wait_for_layer_load(name)
+                    if read is not None:
+                        read(name)
                     worker.save_kv_layer(name, caches[name], layer_metadata)
         finally:
             kv_transfer_state._KV_CONNECTOR_AGENT = None
