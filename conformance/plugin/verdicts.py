@@ -81,7 +81,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def _not_exercised(report: pytest.TestReport, item: pytest.Item, clause_id: str,
                    why: str = "without comparing anything: the connector loaded no KV in any of its runs (it "
-                              "declined every lookup), so no loaded byte was checked") -> Any:
+                              "declined every lookup), so no loaded byte was checked (a connector that stores only "
+                              "prompts past some length declares min-span=TOKENS: every prompt is then that much "
+                              "longer)") -> Any:
     """A pass that never tried what it promises (``why``): reported as a skip (JUnit too) with the
     Not exercised status, never as a Pass."""
     from conformance.verdict.status import NOT_EXERCISED_PREFIX, Status

@@ -10,8 +10,11 @@ from conformance.levels.subject import (
     ConnectorChoice,
     implied,
     parse_capabilities,
+    offloading_worker,
     parse_capacity,
+    parse_min_span,
     refuses_platform,
+    span_pad,
 )
 from conformance.verdict.clauses import CLAUSES, disabled_reason
 from conformance.verdict.guard import HarnessError
@@ -43,6 +46,23 @@ def test_a_capacity_is_a_size():
             parse_capabilities(bad)
 
 
+def test_a_min_span_lengthens_prompts_by_whole_blocks():
+    assert ConnectorChoice.parse("X", capabilities="persistent,min-span=256").min_span == 256
+    assert parse_min_span("persistent") == 0 and ConnectorChoice.parse("X").min_span == 0
+    assert (span_pad(256, 32), span_pad(200, 64), span_pad(0, 32)) == (256, 256, 0)
+    for bad in ("min-span", "min-span=x", "min-span=0", "min-span=-5"):
+        with pytest.raises(ValueError, match="min-span"):
+            parse_capabilities(bad)
+
+
+def test_the_suites_offloading_worker_is_said_where_a_suite_spec_is_named():
+    ours = {"spec_name": "OnSuiteWorker", "spec_module_path": "conformance.stores.offloading_cpu", "spec": "p.m:Spec"}
+    assert "in place of p.m:Spec's own worker" in offloading_worker(ours)
+    assert "a CUDA/XPU worker" in offloading_worker({**ours, "spec": None, "spec_name": "CPUOnlyOffloadingSpec"})
+    assert offloading_worker({"kv_connector_extra_config": ours}) == offloading_worker(ours)  # a MultiConnector child
+    assert offloading_worker({"spec_name": "MySpec", "spec_module_path": "p.m"}) is None  # its own worker
+
+
 def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
     assert parse_capabilities("persistent, lossy=0.05") == (frozenset({"persistent", "lossy"}), 0.05)
     assert parse_capabilities("") == (frozenset(), None)
@@ -57,7 +77,7 @@ def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
     with pytest.raises(ValueError, match="must be a positive tolerance"):
         parse_capabilities("lossy=-1")
     assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy", "pd", "cache", "stats", "events", "hma",
-                                            "capacity", "own-server"}
+                                            "capacity", "own-server", "min-span"}
 
 
 def test_cross_engine_clauses_are_disabled_for_a_cache_inside_its_engine():

@@ -147,6 +147,15 @@ def _why_nothing_loaded(cell) -> str:
             "found none of those prompts for engine B: it saved nothing it could find again")
 
 
+def _span_advice(cell, run) -> str:
+    """For a connector that declares no min span: how long the prompts were, and how to declare one."""
+    if cell.connector.min_span:
+        return ""
+    longest = max((r["prompt_len"] for r in run.result["requests"]), default=0)
+    return (f" (the longest prompt had {longest} tokens: a connector that stores only longer spans declares "
+            "min-span=TOKENS, and every prompt is then that much longer)")
+
+
 def _stored_then_loaded(cell, clause_id, pair=("store", "load")):
     """(baseline, load) runs, after the ``pair``'s store engine ran; Not runnable when vLLM cannot run the cell."""
     base = _baseline(cell)
@@ -167,8 +176,8 @@ def test_engine_same_engine_reload(cell):
     if hits <= 0:
         raise ClauseViolation(cid, (
             f"the engine loaded nothing: 0 external prefix-cache hits over {len(reload.result['requests'])} "
-            f"requests whose prefixes it had served before its prefix cache was reset; {cell.connector.label} "
-            "silently did nothing"))
+            f"requests whose prefixes it had served before its prefix cache was reset: {cell.connector.label} "
+            f"found none of them{_span_advice(cell, reload)}"))
     _identical(cell, reload, base, ["extends", "boundaries", "concurrent"], cid,
                f"the engine reloading after reset_prefix_cache ({hits:g} external hit tokens)")
 
@@ -269,7 +278,7 @@ def test_engine_store_then_load(cell):
     if hits <= 0:
         raise ClauseViolation("engine_store_then_load", (
             f"engine B loaded nothing: 0 external prefix-cache hits over {len(load.result['requests'])} "
-            f"requests whose prefixes engine A served; " + _why_nothing_loaded(cell)))
+            f"requests whose prefixes engine A served; " + _why_nothing_loaded(cell) + _span_advice(cell, load)))
     _identical(cell, load, base, ["extends", "boundaries", "concurrent"], "engine_store_then_load",
                f"engine B ({hits:g} external hit tokens)")
 

@@ -40,6 +40,8 @@ DECLARES = {GOOD + "stats:StatsConnector": ["stats"], ZOO + "stats_unbuilt:Unbui
             GOOD + "events:EventsConnector": ["events"], ZOO + "events_own_hash:OwnHashEventsConnector": ["events"],
             "OffloadingConnector": ["stats", "events"],
             GOOD + "bounded:BoundedConnector": [f"capacity={BOUNDED_CAPACITY}"],
+            GOOD + "min_span:MinSpanConnector": ["min-span=256"],
+            ZOO + "min_span_salt_blind:MinSpanSaltBlindConnector": ["min-span=256"],
             ZOO + "recycled_slot:RecycledSlotConnector": [f"capacity={BOUNDED_CAPACITY}"]}
 # The bounded caches' configuration: what they hold, as their capacity declares it.
 BOUNDED = {GOOD + "bounded:BoundedConnector", ZOO + "recycled_slot:RecycledSlotConnector"}
@@ -132,6 +134,10 @@ EXPECTED = {
     ZOO + "shared_pool_fallback:EmbedsFallbackConnector": {"api_prompt_embeds"} | FILE_STORE_BUGS,
     ZOO + "lora_flag_keyed:LoraFlagKeyedConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     GOOD + "bounded:BoundedConnector": FILE_STORE_BUGS,
+    # Stores only prompts of more than 256 tokens, declared min-span=256: every prompt is 256 tokens
+    # longer, so each clause judges it, and its twin's salt-blind key (unseen on short prompts) is caught.
+    GOOD + "min_span:MinSpanConnector": FILE_STORE_BUGS,
+    ZOO + "min_span_salt_blind:MinSpanSaltBlindConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
     # Its zeroed entries are met wherever a 4 MiB cache evicts: the 1k- and 4k-token conversations too.
     ZOO + "recycled_slot:RecycledSlotConnector": {"api_cache_pressure", "api_shared_prefix"} | FILE_STORE_BUGS,
 }
@@ -340,6 +346,15 @@ def test_vllms_offloading_connector_file_tier_outlives_its_engine(run_suite):
     assert statuses["api_save_load_roundtrip"] == statuses["api_same_engine_roundtrip"] == "Pass"
     assert statuses["api_format_isolation"] == "Pass"  # the twin misses where the same format loads
     assert statuses["api_connector_stats"] == statuses["api_kv_events"] == "Pass"
+
+
+def test_a_connector_with_a_min_span_is_judged_only_once_declared(run_suite):
+    """Undeclared, the min-span twin's prompts are all too short to store: its salt bug is Not
+    exercised (with the advice to declare it), never a Pass; declared, the bug is a Fail (above)."""
+    run = run_suite(f"--kv-connector={ZOO}min_span_salt_blind:MinSpanSaltBlindConnector", "--kv-levels=connector",
+                    "--kv-profile=ci", "--kv-connector-capabilities=persistent", "-k", "cache_salt", timeout=900)
+    (test,) = run.results["tests"]
+    assert test["status"] == "Not exercised" and "declares min-span=TOKENS" in test["message"], run.output[-3000:]
 
 
 def test_a_save_reported_before_it_is_written_is_caught(run_suite):

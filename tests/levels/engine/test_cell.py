@@ -355,3 +355,20 @@ def test_a_long_prefix_no_reference_reproduces_is_held_to_the_measured_long_pref
     (problem,) = compare_runs(loaded(far, LONG_PREFIX), base(LONG_PREFIX), "b", references=none)
     assert f"nor within {PREFIX_HISTORY_LOGPROB_TOLERANCE:g} of it" in problem and "long-prefix tolerance" in problem
     assert len(compare_runs(loaded(near, LONG_PREFIX - 32), base(LONG_PREFIX - 32), "b", references=none)) == 1
+
+
+def test_a_declared_min_span_lengthens_every_prompt_by_whole_blocks():
+    """min-span=TOKENS pads each prompt (and the shared prefix) by the span in whole blocks: every
+    prompt then exceeds the span, and each keeps its place against a block boundary."""
+    from conformance.levels.engine.cell import pressure_batches, prompt_batches
+
+    plain, padded = prompt_batches(32, positions=4608), prompt_batches(32, positions=4608, pad=256)
+    for name, batch in plain.items():
+        if name == "system":  # already longer than any span this pads for
+            continue
+        for short, long in zip(batch["prompts"], padded[name]["prompts"]):
+            assert len(long) - len(short) == 256 and len(long) > 256, name
+    shared = padded["concurrent"]["prompts"]
+    assert shared[0][:2 * 32 + 256] == shared[1][:2 * 32 + 256]
+    pressure = pressure_batches(1 << 20, 1024, 32, pad=256)
+    assert isinstance(pressure, dict) and min(map(len, pressure["pressure"]["prompts"])) > 256

@@ -205,6 +205,23 @@ def test_tenants_are_kept_apart_both_ways(run_suite, connector, failing):
             assert failing[test["clause"]] in test["message"], test["message"]
 
 
+@pytest.mark.parametrize("capabilities, verdicts", [
+    ("persistent,min-span=256", {"engine_store_then_load": "Pass", "engine_cache_salt": "Fail"}),
+    ("persistent", {"engine_store_then_load": "Fail", "engine_cache_salt": "Not exercised"}),
+])
+def test_a_connector_with_a_min_span_is_judged_on_prompts_past_it(run_suite, capabilities, verdicts):
+    """The min-span twin (stores only prompts over 256 tokens, its key blind to cache_salt): declared,
+    every engine prompt is 256 tokens longer and its salt bug is caught; undeclared, no prompt is
+    long enough, and the round trip's Fail says how long they were and what to declare."""
+    run = run_suite("--kv-connector=conformance.zoo.connectors.min_span_salt_blind:MinSpanSaltBlindConnector",
+                    "--kv-cache-dtype=auto", "--kv-levels=engine", f"--kv-engine-python={ENGINE_PYTHON}",
+                    f"--kv-connector-capabilities={capabilities}", "-k", " or ".join(verdicts), timeout=1800)
+    assert run.statuses() == verdicts, run.output[-3000:]
+    if "min-span" not in capabilities:
+        (round_trip,) = [t for t in run.results["tests"] if t["clause"] == "engine_store_then_load"]
+        assert "declares min-span=TOKENS" in round_trip["message"], round_trip["message"]
+
+
 def test_a_connector_that_claims_kv_it_never_stored_is_named_for_it(run_suite):
     # vLLM's DecodeBenchConnector fills "cached" tokens with constants: its first engine claims hits.
     run = engine_suite(run_suite, "DecodeBenchConnector", "auto", "-k", "same_engine", persistent=False)
