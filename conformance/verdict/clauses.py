@@ -84,7 +84,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "driven through vLLM's own hooks, a fresh connector pair loads into other blocks of a fresh "
            "cache, byte for byte, every layer of every token it claims, as the first pair saved it: in "
            "every KV cache layout the installed vLLM allocates and every kv_cache_dtype (NaN payloads, "
-           "-0, subnormals, fp8 specials); and it loads something",
+           "-0, subnormals, fp8 specials), and into a pair of another block size over the same storage; and it "
+           "loads something",
            requires=_ACROSS, needs_load=True),
     Clause("api_same_engine_roundtrip", _CONNECTOR,
            "within one connector pair, a request stored, its blocks freed (the engine's own prefix cache "
@@ -131,7 +132,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            requires=_CACHE, needs_load=True),
     Clause("api_lora_isolation", _CONNECTOR,
            "a prompt stored for a request of one LoRA adapter is never claimed for a request of another "
-           "adapter or of the base model (their KV differs); the same adapter still loads",
+           "adapter, of another version of the same adapter (its name and id, another directory) or of the base "
+           "model (their KV differs); the same adapter still loads",
            requires=_CACHE, needs_load=True),
     Clause("api_prompt_embeds", _CONNECTOR,
            "a prompt given as embeddings (prompt_embeds, no token ids) is never claimed for a request of "
@@ -215,8 +217,9 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
     Clause("engine_lora_isolation", _ENGINE,
            "one engine serving LoRA (enable_lora) that stored prompts for the base model and under an adapter "
            "that changes K and V, had its prefix cache reset and served them again across (base-model prompts "
-           "under the adapter, the adapter's for the base model and under a second adapter) serves none of them "
-           "as external hits, and "
+           "under the adapter, the adapter's for the base model, under a second adapter and, after another "
+           "reset, under the adapter's next version: its name, other weights loaded in place) serves none of "
+           "them as external hits, and "
            "still loads them for the base model",
            requires=_CACHE, needs_load=True),
     Clause("engine_prompt_embeds", _ENGINE,

@@ -43,8 +43,9 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
         if slots is None:
             continue
         positions, src_blocks, dst_blocks = slots
-        offsets = positions % loaded.block_size
-        want, got = token_rows(written[layer], src_blocks, offsets), token_rows(view, dst_blocks, offsets)
+        offsets = positions % loaded.block_size  # where each token sits in the load's blocks (and the store's below)
+        want = token_rows(written[layer], src_blocks, positions % stored.block_size)
+        got = token_rows(view, dst_blocks, offsets)
         differs = (want != got).any(dim=1)
         if loaded.tolerance is not None:  # the layer's loaded values at once, as a lossy store is judged
             count_coded(len(differs), int(differs.sum()))
@@ -177,9 +178,9 @@ def unsourced_tokens(sources: Sequence[Source], loaded: Run, loaded_id: str, pro
             if slots is None:
                 continue
             positions, src_blocks, dst_blocks = slots
-            offsets = positions % loaded.block_size
-            want = token_rows(views_over(source.run.caches, source.run.before)[layer], src_blocks, offsets)
-            same = same_rows(want, token_rows(view, dst_blocks, offsets), loaded)
+            want = token_rows(views_over(source.run.caches, source.run.before)[layer], src_blocks,
+                              positions % source.run.block_size)
+            same = same_rows(want, token_rows(view, dst_blocks, positions % loaded.block_size), loaded)
             mine = positions < shared
             sourced[positions[same & mine] - first] = True
             for p in positions[same & ~mine].tolist():

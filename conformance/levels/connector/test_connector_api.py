@@ -122,6 +122,28 @@ def test_save_load_roundtrip(connector_api):
     _loads_a_large_payload(connector_api, probe)
     _roundtrip_examples(connector_api)
     _every_dtype_once(connector_api)
+    _across_block_sizes(connector_api)
+
+
+def _across_block_sizes(api) -> None:
+    """A prompt stored by a pair of 16-token blocks, asked for by a fresh pair of 32-token blocks over
+    the same storage (an engine restarted with another block size): a token's KV does not depend on
+    the block it sits in, so what loads is right token by token (or nothing loads); never bytes laid
+    out for the other geometry."""
+    cid = "api_save_load_roundtrip"
+    ps = unique_prompts(api.vocab_size, 4 * 32 + 5, seed=70)
+    storage, layout = f"geometry-{uuid.uuid4().hex[:12]}", api.era.layouts()[0]
+    context = ("a prompt stored by a connector pair of 16-token blocks, then asked for by a fresh pair of 32-token "
+               "blocks over the same storage (an engine restarted with another block size): ")
+    try:
+        with _connector_faults_fail(cid, context, declined=(NotBuilt, LayoutRefused)):
+            store = api.run(kv_cache_dtype="auto", layout=layout, block_size=16, requests=[("stored", ps.stored)],
+                            fill=seeded_fill(70), storage=storage)
+            load = api.run(kv_cache_dtype="auto", layout=layout, block_size=32, requests=[("load", ps.stored)],
+                           fill=seeded_fill(71), storage=storage)
+    except (NotBuilt, LayoutRefused):  # a block size it declines: no such engine to restart
+        return
+    _as_saved(cid, store, load, context)
 
 
 def _every_dtype_once(api) -> None:

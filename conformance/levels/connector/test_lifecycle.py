@@ -93,21 +93,25 @@ def test_cache_salt(connector_api):
 
 @clause("api_lora_isolation")
 def test_lora_isolation(connector_api):
-    # Both ways: an adapter's prompt asked for by another adapter and by the base model, and a base
-    # model's prompt asked for under adapters.
+    # Both ways: an adapter's prompt asked for by another adapter, by another version of the same
+    # adapter (its name and id, another directory: weights replaced, as load_inplace does) and by the
+    # base model, and a base model's prompt asked for under adapters.
     ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=35)
     adapters = {"adapter-a": "adapter-a", "adapter-b": "adapter-b", "adapter-a-on-base": "adapter-a",
-                "adapter-b-on-base": "adapter-b", "adapter-a-again": "adapter-a"}
+                "adapter-b-on-base": "adapter-b", "adapter-a-again": "adapter-a", "adapter-a-v2": "adapter-a@v2"}
     phases = [Phase([("adapter-a", ps.stored), ("base", ps.neighbour)], seeded_fill(35), loras=adapters),
               Phase([("adapter-b", ps.stored), ("base-model", ps.stored), ("adapter-a-on-base", ps.neighbour),
-                     ("adapter-b-on-base", ps.neighbour), ("adapter-a-again", ps.stored), ("base-again", ps.neighbour)],
+                     ("adapter-b-on-base", ps.neighbour), ("adapter-a-v2", ps.stored), ("adapter-a-again", ps.stored),
+                     ("base-again", ps.neighbour)],
                     seeded_fill(36), loras=adapters)]
     _tenants_apart(connector_api, "api_lora_isolation", phases, {"adapter-a-again", "base-again"},
                    stored="a request of LoRA adapter 'adapter-a' and a request of the base model",
-                   others="requests of another adapter or the base model",
+                   others="requests of another adapter, of another version of 'adapter-a' (its name and id, "
+                          "another directory: 'adapter-a-v2') or of the base model",
                    harm="their KV differs (the adapter changes every layer's K and V), so they are served wrong KV",
-                   fix="Key stored KV by the request's lora_request too (vLLM puts its name in the block hashes), "
-                       "and never fall back to the base model's KV on a miss")
+                   fix="Key stored KV by the request's lora_request too, its name and its path (vLLM puts both in "
+                       "the block hashes since its adapter-version fix), and never fall back to the base model's KV "
+                       "on a miss")
 
 
 @clause("api_prompt_embeds")

@@ -85,6 +85,9 @@ def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024, pad: i
         "adapter_stored": {"name": "adapter_stored", "prompts": (adapter := [prompt(2 * bs + 7)]), "lora": True},
         "base_on_adapter": {"name": "base_on_adapter", "prompts": adapter},
         "other_adapter": {"name": "other_adapter", "prompts": adapter, "lora": "b"},  # adapter A's, asked under B
+        # ... and under A's next version (its name, other weights: vLLM's load_inplace), in a phase of its own
+        # (last: from then on A's name computes with the new weights).
+        "adapter_version": {"name": "adapter_version", "prompts": adapter, "lora": "a2"},
         # Prompts given as embeddings (drawn last, as above: lengths only, the child draws the embeddings).
         **_embeds_batches(2 * bs + 7 + pad),
         # Conversations after one long system prompt (drawn last, as above), one by one: a fresh engine
@@ -419,7 +422,8 @@ class EngineCell:
             SAME_ENGINE: lambda: self._spec(dtype, using(SAME_ENGINE), [*STORED, "aborted", "tenant"],
                                             reload=[*load, "salted", "untenanted", "other_tenant", "after_abort"]),
             LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries", "adapter_stored"],
-                                        reload=["adapted", "base_on_adapter", "other_adapter", "boundaries"]),
+                                        reload=["adapted", "base_on_adapter", "other_adapter", "boundaries"],
+                                        then=["adapter_version"]),
                            "lora_adapter": str(self.workdir / "lora-adapter")},
             EMBEDS: lambda: {**self._spec(dtype, using(EMBEDS), ["embeds_stored"],
                                           reload=["other_embeds", "embeds_as_tokens", "embeds_again"],

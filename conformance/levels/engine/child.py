@@ -25,7 +25,8 @@ Logprobs are recorded as ``float.hex`` strings: compared as bits, never as float
 A spec with ``lora_adapter`` (a directory) enables LoRA (``enable_lora``): the child writes two
 seeded rank-8 adapters there (and beside it, ``-b``) for the model's ``k_proj`` and ``v_proj`` (so
 each changes every layer's K and V) and loads them before the engine counts as started; a batch
-with ``"lora": true`` runs its requests under the first, ``"lora": "b"`` under the second.
+with ``"lora": true`` runs its requests under the first, ``"lora": "b"`` under the second, and
+``"lora": "a2"`` under another version of the first (its name, weights from ``-v2``, loaded in place).
 
 A spec with ``prompt_embeds`` enables prompt embeddings (``enable_prompt_embeds``): a batch with
 ``"embeds": [seed per prompt]`` gives each prompt as embeddings of its length, drawn from a normal
@@ -211,8 +212,9 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
     finally:
         logging.getLogger("vllm").removeHandler(heard)
         result["warnings"] = heard.lines
-    for adapter in adapters.values():
-        llm.llm_engine.add_lora(adapter)  # an adapter vLLM cannot load here fails the start, not a request
+    for adapter in adapters.values():  # an adapter vLLM cannot load here fails the start, not a request
+        if not getattr(adapter, "load_inplace", False):  # a version loaded in place replaces its first at once
+            llm.llm_engine.add_lora(adapter)
     result["t_engine_start_s"] = round(time.perf_counter() - t, 2)
     result["process"] = separate.identity()  # once the engine set vLLM's NONE_HASH
     result["torch_threads"] = torch.get_num_threads()  # what the engine computes on (a release may rebind it)
@@ -246,7 +248,7 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         pairs = list(zip(prompts, map(params, transfers)))
         groups = [pairs] if batch.get("together") else [[p] for p in pairs]
         idx = 0
-        lora = {"lora_request": adapters["b" if batch["lora"] == "b" else "a"]} if batch.get("lora") else {}
+        lora = {"lora_request": adapters["a" if batch["lora"] is True else batch["lora"]]} if batch.get("lora") else {}
         for g, group in enumerate(groups):
             if spec.get("cached_prefix"):  # a prefix-cache reference (cell.EngineCell.references)
                 _cache_prefixes(llm, [p for p, _ in group], spec["cached_prefix"], salt, lora)
@@ -301,14 +303,23 @@ DRAIN_S = 60.0  # how long a storing engine steps after its last batch for its s
 
 
 def _lora_adapters(model: str, out: str) -> dict[str, Any]:
-    """Two adapters, "a" (written to ``out``) and "b" (beside it), each a seeded rank-8 adapter of its own."""
+    """Two adapters, "a" (written to ``out``) and "b" (beside it), each a seeded rank-8 adapter of its
+    own, and "a2": another version of "a" (its name, other weights, from another directory), which
+    replaces "a"'s weights under its id where vLLM has ``load_inplace`` (else it is registered under
+    a new id: "a"'s name re-pointed)."""
+    from vllm.lora.request import LoRARequest
+
+    inplace = "load_inplace" in getattr(LoRARequest, "__struct_fields__", ())
     return {"a": _lora_adapter(model, out, 1, "kvconform-adapter"),
-            "b": _lora_adapter(model, out + "-b", 2, "kvconform-adapter-b")}
+            "b": _lora_adapter(model, out + "-b", 2, "kvconform-adapter-b"),
+            "a2": _lora_adapter(model, out + "-v2", 1 if inplace else 3, "kvconform-adapter", seed=3,
+                                **({"load_inplace": True} if inplace else {}))}
 
 
-def _lora_adapter(model: str, out: str, lora_id: int, lora_name: str) -> Any:
-    """A LoRARequest for a rank-8 adapter seeded by ``lora_id`` on every layer's k_proj and v_proj of
-    ``model``, written to ``out`` in PEFT's format (the same bytes for the same model and id)."""
+def _lora_adapter(model: str, out: str, lora_id: int, lora_name: str, seed: int | None = None, **more: Any) -> Any:
+    """A LoRARequest for a rank-8 adapter seeded by ``seed`` (default: ``lora_id``) on every layer's
+    k_proj and v_proj of ``model``, written to ``out`` in PEFT's format (the same bytes for the same
+    model and seed); ``more``: the request's other fields."""
     import torch
     from safetensors.torch import save_file
     from vllm.lora.request import LoRARequest
@@ -316,7 +327,7 @@ def _lora_adapter(model: str, out: str, lora_id: int, lora_name: str) -> Any:
     config = json.loads(open(os.path.join(model, "config.json")).read())
     hidden, kv_width = config["hidden_size"], config["num_key_value_heads"] * config.get(
         "head_dim", config["hidden_size"] // config["num_attention_heads"])
-    generator = torch.Generator().manual_seed(lora_id - 1)
+    generator = torch.Generator().manual_seed((seed or lora_id) - 1)
     tensors = {}
     for layer in range(config["num_hidden_layers"]):
         for proj in ("k_proj", "v_proj"):
@@ -329,7 +340,7 @@ def _lora_adapter(model: str, out: str, lora_id: int, lora_name: str) -> Any:
         json.dump({"peft_type": "LORA", "r": LORA_RANK, "lora_alpha": 2 * LORA_RANK, "bias": "none",
                    "target_modules": ["k_proj", "v_proj"], "task_type": "CAUSAL_LM",
                    "base_model_name_or_path": model}, f)
-    return LoRARequest(lora_name, lora_id, out)
+    return LoRARequest(lora_name, lora_id, out, **more)
 
 
 def _abandon(llm: Any, batch: dict[str, Any], params: Any, timeout_s: float = 60.0) -> dict[str, Any]:

@@ -209,24 +209,27 @@ def test_engine_abort(cell):
 @clause("engine_lora_isolation")
 def test_engine_lora_isolation(cell):
     cid = "engine_lora_isolation"
-    reload = _connector_run(cell, LORA, cid).phase(1)
-    count_load(external_hits(reload, "boundaries"))
-    # Every way: base-model prompts asked for under the adapter, the adapter's asked for by the base model
-    # and under a second adapter.
-    crossings = {"adapted": ("requests under a LoRA adapter", "only base-model requests had stored",
+    engine = _connector_run(cell, LORA, cid)
+    count_load(external_hits(engine.phase(1), "boundaries"))
+    # Every way: base-model prompts asked for under the adapter, the adapter's asked for by the base model,
+    # under a second adapter, and (a phase of its own) under the adapter's next version.
+    crossings = {"adapted": (1, "requests under a LoRA adapter", "only base-model requests had stored",
                              "the base model's KV"),
-                 "base_on_adapter": ("base-model requests", "only requests under the LoRA adapter had stored",
+                 "base_on_adapter": (1, "base-model requests", "only requests under the LoRA adapter had stored",
                                      "the adapter's KV"),
-                 "other_adapter": ("requests under a second LoRA adapter", "only requests under the first adapter "
-                                   "had stored", "the first adapter's KV")}
-    for batch, (who, stored, served) in crossings.items():
-        hits = external_hits(reload, batch)
+                 "other_adapter": (1, "requests under a second LoRA adapter", "only requests under the first "
+                                   "adapter had stored", "the first adapter's KV"),
+                 "adapter_version": (2, "requests under the adapter's next version (its name, other weights from "
+                                     "another directory, loaded in place as vLLM's load_inplace does)",
+                                     "only its previous version had stored", "its previous weights' KV")}
+    for batch, (phase, who, stored, served) in crossings.items():
+        hits = external_hits(engine.phase(phase), batch)
         if hits > 0:
             raise ClauseViolation(cid, (
                 f"the engine served {hits:g} external prefix-cache hit tokens to {len(cell.batches[batch]['prompts'])} "
                 f"{who} (the adapter is rank 8 on every layer's k_proj and v_proj, so their K and V differ) for "
                 f"prompts {stored}: they were served {served}. {cell.connector.label} must key stored KV by the "
-                "request's LoRA adapter too"))
+                "request's LoRA adapter too, its name and its path"))
 
 
 @clause("engine_prompt_embeds")

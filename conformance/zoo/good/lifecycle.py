@@ -1,7 +1,8 @@
 """vLLM's ExampleConnector with its lifecycle put right: the positive control of the lifecycle
 clauses, and the base each lifecycle known-bad (``conformance/zoo/connectors/``) breaks once.
 
-- the key includes the request's ``cache_salt``, LoRA adapter and prompt embeddings
+- the key includes the request's ``cache_salt``, LoRA adapter (its name and path: another version
+  of an adapter under the same name is another adapter) and prompt embeddings
   (ExampleConnector keys on token ids only), and a request without token ids is handled;
 - a prompt prefilled in chunks is saved once all of it is computed, from all its blocks
   (ExampleConnector saves at the first chunk, then claims the whole prompt);
@@ -24,6 +25,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 class LifecycleConnector(ExampleConnector):
     KEY_SALT = True  # the cache_salt is part of the key
     KEY_LORA = True  # so is the LoRA adapter's name
+    KEY_LORA_PATH = True  # and its path: a version loaded from another directory under the same name
     KEY_EMBEDS = True  # and a hash of the prompt's embeddings, for a prompt given as embeddings
     SAVE_COMPLETE = True  # a prompt is saved once it is computed, not at its first chunk
 
@@ -55,7 +57,9 @@ class LifecycleConnector(ExampleConnector):
         """What besides the token ids names the KV: multimodal inputs, the tenant's salt, the adapter,
         the prompt's embeddings."""
         salt = [f"cache_salt:{request.cache_salt}"] if self.KEY_SALT and request.cache_salt else []
-        lora = [f"lora:{request.lora_request.lora_name}"] if self.KEY_LORA and request.lora_request else []
+        adapter = request.lora_request
+        lora = [f"lora:{adapter.lora_name}" + (f":{adapter.lora_path}" if self.KEY_LORA_PATH else "")] \
+            if self.KEY_LORA and adapter else []
         embeds = request.prompt_embeds
         digest = [] if embeds is None or not self.KEY_EMBEDS else [
             "embeds:" + hashlib.sha256(embeds.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:32]]

@@ -133,6 +133,11 @@ EXPECTED = {
     ZOO + "shared_pool_fallback:LoraFallbackConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     ZOO + "shared_pool_fallback:EmbedsFallbackConnector": {"api_prompt_embeds"} | FILE_STORE_BUGS,
     ZOO + "lora_flag_keyed:LoraFlagKeyedConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
+    # Raw pages keyed by tokens alone: an engine restarted with another block size is handed pages of
+    # the old geometry (the round trip's store at 16-token blocks, load at 32).
+    ZOO + "page_copying:PageCopyingConnector": {"api_save_load_roundtrip"} | FILE_STORE_BUGS,
+    # Keyed by the adapter's name, not its path: the next version of an adapter is served the last's KV.
+    ZOO + "lora_name_keyed:LoraNameKeyedConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     GOOD + "bounded:BoundedConnector": FILE_STORE_BUGS,
     # Stores only prompts of more than 256 tokens, declared min-span=256: every prompt is 256 tokens
     # longer, so each clause judges it, and its twin's salt-blind key (unseen on short prompts) is caught.

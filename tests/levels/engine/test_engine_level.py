@@ -185,6 +185,9 @@ def test_a_connector_that_forgets_an_aborted_request_is_flagged_through_the_engi
     # Keyed by whether a LoRA adapter is in use, not which: adapter A's prompts served under adapter B.
     ("conformance.zoo.connectors.lora_flag_keyed:LoraFlagKeyedConnector",
      {"engine_lora_isolation": "they were served the first adapter's KV"}),
+    # Keyed by the adapter's name only (vLLM's block hashes before its adapter-version fix).
+    ("conformance.zoo.connectors.lora_name_keyed:LoraNameKeyedConnector",
+     {"engine_lora_isolation": "they were served its previous weights' KV"}),
     ("conformance.zoo.connectors.shared_pool_fallback:EmbedsFallbackConnector",
      {"engine_prompt_embeds": "to a prompt of embeddings of the same length, after a prompt of token ids"}),
     ("conformance.zoo.connectors.embeds_blind:EmbedsBlindConnector",

@@ -127,7 +127,9 @@ class HookEra:
                      lora: str | None = None, prompt_embeds: torch.Tensor | None = None) -> Any:
         """A one-token request, carrying ``kv_transfer_params`` as vLLM's API server hands them over
         (in the sampling params' ``extra_args``), for the LoRA adapter named ``lora`` if given (its
-        id derived from the name, as a server's adapter registry fixes one per adapter); given
+        id derived from the name, as a server's adapter registry fixes one per adapter; ``name@version``:
+        another version of that adapter, the same name and id from another directory, as vLLM's
+        ``load_inplace`` replaces one); given
         ``prompt_embeds``, a prompt of embeddings with no token ids (``prompt`` gives only its length)."""
         import zlib
 
@@ -141,8 +143,8 @@ class HookEra:
         return Request(request_id=request_id, prompt_token_ids=None if prompt_embeds is not None else list(prompt),
                        prompt_embeds=prompt_embeds, sampling_params=params,
                        pooling_params=None, block_hasher=self._hasher(block_size), cache_salt=cache_salt,
-                       lora_request=LoRARequest(lora, zlib.crc32(lora.encode()) % 2**30 + 1, f"/kvconform/lora/{lora}")
-                       if lora else None)
+                       lora_request=LoRARequest(name, zlib.crc32(name.encode()) % 2**30 + 1, f"/kvconform/lora/{lora}")
+                       if lora and (name := lora.partition("@")[0]) else None)
 
     def abort(self, scheduler: Any, request_id: str) -> None:
         """What the engine core does when a client goes away: the scheduler's own finish path."""
