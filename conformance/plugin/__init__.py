@@ -28,6 +28,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from conformance.verdict.clauses import CLAUSE_MARK
 
     config.addinivalue_line("markers", f"{CLAUSE_MARK}(id): the kvconform clause this test checks")
+    if any(arg.split("=", 1)[0] == "--kv-tiers" for arg in config.invocation_params.args):
+        config.issue_config_time_warning(pytest.PytestDeprecationWarning(
+            "--kv-tiers is deprecated: it is --kv-levels (store, connector, engine); a tier is matrix.yaml's"), 2)
     state = State(config)
     config.stash[options.STATE] = state
     from conformance.plugin.verdicts import Recorder

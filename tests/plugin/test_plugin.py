@@ -60,6 +60,12 @@ def test_store_from_environment_and_header(run_suite):
     assert "KVCONFORM_TYPO=1" in run.output  # every KVCONFORM_* variable is shown
 
 
+def test_the_old_name_of_levels_still_works_and_says_it_is_deprecated(run_suite):
+    run = run_suite("--kv-store=memory", "--kv-profile=ci", "--kv-tiers=store", "-k", "roundtrip")
+    assert run.returncode == 0 and run.results["tests"], run.output[-2000:]
+    assert "--kv-tiers is deprecated: it is --kv-levels" in run.output
+
+
 def test_disabled_is_not_fail(run_suite):
     run = run_suite("--kv-store=memory", "--kv-profile=ci")
     assert run.statuses()["corruption_detected"] == "Disabled"
