@@ -43,7 +43,7 @@ def loaded_differences(stored: Run, stored_id: str, loaded: Run, loaded_id: str,
         if slots is None:
             continue
         positions, src_blocks, dst_blocks = slots
-        offsets = positions % loaded.block_size  # where each token sits in the load's blocks (and the store's below)
+        offsets = positions % loaded.block_size  # each side read at its own block size (they may differ)
         want = token_rows(written[layer], src_blocks, positions % stored.block_size)
         got = token_rows(view, dst_blocks, offsets)
         differs = (want != got).any(dim=1)

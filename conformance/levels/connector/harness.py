@@ -614,7 +614,7 @@ class _Pair:
         connector_output = h._hook("worker hooks", self.runner.run_worker_step, self.worker.inner, out,
                                    run.caches, run.mla, self.config, forward,
                                    (lambda layer: self._read(layer, prefixes, run)) if prefixes else None)
-        self._sort_load_errors(out, connector_output, inner, run)
+        self._sort_load_errors(out, connector_output, inner, run, prefixes)
         self.ledger.vet(connector_output, inner, self.step_no)
         result = h.era.model_runner_output(inner, out, connector_output, SAMPLED_TOKEN)
         outputs = h._hook("scheduler", scheduler.update_from_output, out, result)
@@ -631,28 +631,29 @@ class _Pair:
         self.step_no += 1
         return True
 
-    def _prefix_blocks(self, out: Any, run: Run) -> dict[int, list[int]]:
+    def _prefix_blocks(self, out: Any, run: Run) -> dict[int, set[int]]:
         """Per KV cache group, the blocks of the computed prefixes (loaded or vLLM's own hits) of the
         requests this step schedules for the first time or again after a preemption: what their
-        forward pass reads."""
+        forward pass reads, and where a load of this step lands (``_sort_load_errors``)."""
         found: dict[int, set[int]] = {}
 
         def add(groups: Sequence[Sequence[int]], computed: int) -> None:
             for group, ids in enumerate(groups):
-                found.setdefault(group, set()).update(b for b in list(ids)[:-(-computed // self.block_size)] if b)
+                found.setdefault(group, set()).update(list(ids)[:-(-computed // self.block_size)])
 
         for new in out.scheduled_new_reqs:
             add(new.block_ids, new.num_computed_tokens)
         cached = out.scheduled_cached_reqs
         resumed = self.harness.era.resumed(out)
         for i, rid in enumerate(cached.req_ids):
-            if rid in resumed:
-                add(run.group_blocks.get(rid) or [run.blocks.get(rid, [])], cached.num_computed_tokens[i])
-        return {group: sorted(blocks) for group, blocks in found.items() if blocks}
+            if rid in resumed:  # its blocks are the ones this step re-admits it with (_track_blocks)
+                add(run.group_blocks[rid], cached.num_computed_tokens[i])
+        return {group: blocks for group, blocks in found.items() if blocks}
 
-    def _read(self, layer: str, prefixes: dict[int, list[int]], run: Run) -> None:
-        """The layer's forward pass reads the prefix blocks: keep their bytes as read."""
-        blocks = prefixes.get(run.groups.get(layer, 0))
+    def _read(self, layer: str, prefixes: dict[int, set[int]], run: Run) -> None:
+        """The layer's forward pass reads the prefix blocks: keep their bytes as read (vLLM's null
+        block, 0, is nobody's KV)."""
+        blocks = sorted(b for b in prefixes.get(run.groups.get(layer, 0), ()) if b)
         if blocks:
             rows = by_block(self.caches[layer])[torch.tensor(blocks, dtype=torch.long)].clone()
             run.read.update({(layer, b): rows[i] for i, b in enumerate(blocks)})
@@ -687,7 +688,8 @@ class _Pair:
         raise HarnessError(f"{h.connector.label}: requests {left} did not finish within {h.timeout_s:g}s "
                            "(an async load or save that never completes?)")
 
-    def _sort_load_errors(self, out: Any, connector_output: Any, scheduler: Any, run: Run) -> None:
+    def _sort_load_errors(self, out: Any, connector_output: Any, scheduler: Any, run: Run,
+                          prefixes: dict[int, set[int]]) -> None:
         """Blocks reported as failed loads (``get_block_ids_with_load_errors``) count only in the step
         of their load, as vLLM's scheduler maps them (``_handle_invalid_blocks``): the blocks of a
         request loaded in this step (its computed prefix), waiting for an async load, or whose load
@@ -696,14 +698,7 @@ class _Pair:
         reported = set(connector_output.invalid_block_ids or ())
         if not reported:
             return
-        loading: set[int] = set()
-        for new in out.scheduled_new_reqs:
-            loading |= set(list(new.block_ids[0])[:-(-new.num_computed_tokens // self.block_size)])
-        cached = out.scheduled_cached_reqs
-        resumed = self.harness.era.resumed(out)
-        for i, rid in enumerate(cached.req_ids):
-            if rid in resumed:
-                loading |= set(run.blocks[rid][:-(-cached.num_computed_tokens[i] // self.block_size)])
+        loading = set(prefixes.get(0, ()))  # the computed prefixes of requests (re-)admitted in this step
         finishing = set(getattr(connector_output, "finished_recving", None) or ())
         for rid, request in scheduler.requests.items():
             if rid in finishing or request.status.name == WAITING_FOR_LOAD:
