@@ -140,6 +140,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "other embeddings or of token ids, nor a prompt of token ids for one of embeddings; the same "
            "embeddings load byte for byte; no hook raises on a request without token ids",
            requires=_CACHE, needs_load=True),
+    Clause("api_multimodal_isolation", _CONNECTOR,
+           "a prompt stored for a request with an image is never claimed for a request of the same token "
+           "ids with another image or as text, nor a text prompt for one with an image (the image's KV "
+           "differs, its placeholder tokens do not); the same image loads byte for byte",
+           requires=_CACHE, needs_load=True),
     Clause("api_chunked_prefill", _CONNECTOR,
            "a prompt longer than the step's token budget (max_num_batched_tokens), prefilled in chunks, "
            "is loaded back byte for byte: the connector claims no token it did not persist",
@@ -320,8 +325,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "corruption_detected", "api_damaged_storage", "api_load_errors_reported", "api_pd_lost_peer",
         "engine_lost_storage", "engine_load_failure_recompute"),
     "lifecycle": (
-        "state_machine", "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill",
-        "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
+        "state_machine", "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_multimodal_isolation",
+        "api_chunked_prefill", "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
         "api_connector_stats", "api_kv_events", "api_cache_pressure", "engine_cache_pressure", "engine_cache_salt",
         "engine_lora_isolation", "engine_prompt_embeds",
         "engine_abort", "engine_block_reuse"),

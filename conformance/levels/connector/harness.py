@@ -20,7 +20,8 @@ import torch
 
 from conformance.contract.spec import resolve_kv_cache_dtype
 from conformance.contract.store import damaged
-from conformance.levels.connector.eras import Era
+from conformance.levels.connector.eras import Era, EraUnavailable
+from conformance.levels.connector.eras.base import Image
 from conformance.levels.connector.ledger import WAITING_FOR_LOAD, Ledger
 from conformance.levels.connector.slots import backing_bytes, by_block, copy_tokens, scatter_bytes, views_over
 from conformance.levels.subject import (
@@ -185,7 +186,7 @@ class Phase:
     and optionally a ``cache_salt``) admitted together over caches ``fill`` wrote; ``aborts`` names
     requests the client abandons after that many steps of the phase (0: before any step);
     ``transfer`` the kv_transfer_params a request carries (P/D); ``loras`` the LoRA adapter a
-    request is for; ``embeds`` the seed of the embeddings a request is given instead of its token
+    request is for; ``images`` the image its placeholder tokens stand for; ``embeds`` the seed of the embeddings a request is given instead of its token
     ids (its prompt's length theirs); ``fresh=False`` keeps the engine's own prefix cache and the
     blocks as the last phase left them (no reset, no fill: vLLM's local hits beside the connector's);
     ``reuse_freed`` overwrites each block as soon as its request
@@ -198,6 +199,7 @@ class Phase:
     aborts: Mapping[str, int] = field(default_factory=dict)
     transfer: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     loras: Mapping[str, str] = field(default_factory=dict)
+    images: Mapping[str, Image] = field(default_factory=dict)
     embeds: Mapping[str, int] = field(default_factory=dict)
     reuse_freed: bool = False
     reuse_reallocated: bool = False
@@ -206,7 +208,8 @@ class Phase:
     @property
     def serves(self) -> frozenset[str]:
         """What the engine must enable for this phase's requests besides token-id prompts."""
-        return frozenset(name for name, used in (("lora", self.loras), ("prompt_embeds", self.embeds)) if used)
+        return frozenset(name for name, used in (("lora", self.loras), ("prompt_embeds", self.embeds),
+                                                 ("images", self.images)) if used)
 
 
 @dataclass
@@ -489,6 +492,8 @@ class _Pair:
                 with era.worker_setup(config):
                     harness._setup("register_kv_caches", self.worker.register_kv_caches, self.caches)
                 self.scheduler = harness._build("scheduler", era.make_scheduler, config, kv_cache_config)
+                if "images" in serves:
+                    self._take_images(config)
                 harness._setup("handing the worker's handshake metadata to the scheduler", era.relay_handshake,
                                self.worker.inner, self.scheduler.inner)
                 if degraded:
@@ -506,6 +511,16 @@ class _Pair:
         if self.events_on:
             self._record_events(self.scheduler.inner)
         self._record_claims(self.scheduler.inner)
+
+    def _take_images(self, config: Any) -> None:
+        """A multimodal model's scheduler, for a text model's config: an encoder budget of a step's
+        tokens (no pixels are encoded; the connector sees only the images' identifiers and places)."""
+        assert self.scheduler is not None
+        try:
+            self.harness.era.take_images(self.scheduler.inner, config.scheduler_config.max_num_batched_tokens)
+        except EraUnavailable as exc:
+            raise NotJudged(f"vLLM {self.harness.era.vllm_version} cannot be given requests with images here: "
+                            f"{exc}") from exc
 
     def _record_events(self, scheduler: Any) -> None:
         """Keep every KV cache event the connector hands vLLM's scheduler (which publishes them)."""
@@ -560,7 +575,7 @@ class _Pair:
             self.ledger.admit(request_id)
             request = era.make_request(request_id, prompt, self.block_size, salt[0] if salt else None,
                                        kv_transfer_params=phase.transfer.get(request_id),
-                                       lora=phase.loras.get(request_id),
+                                       lora=phase.loras.get(request_id), image=phase.images.get(request_id),
                                        prompt_embeds=self._embeds(phase, request_id, len(prompt)))
             if self.events_on:  # what the events clause holds the connector's events against
                 run.block_hashes[request_id] = era.event_hashes(request)

@@ -15,6 +15,7 @@ from typing import Collection
 import pytest
 
 from conformance.levels.connector import checks
+from conformance.levels.connector.eras.base import Image
 from conformance.levels.connector.harness import ConnectorHarness, Phase, Run, TransferStalled
 from conformance.levels.connector.outcomes import connector_faults_fail, where
 from conformance.levels.connector.scenarios import (
@@ -136,6 +137,32 @@ def test_prompt_embeds(connector_api):
         fix="Key stored KV by the embeddings too (vLLM puts their hash in the block hashes), and never fall back "
             "to the token ids' KV on a miss")
     _bytes_back(cid, stored, "embeds-a", again, "embeds-a-again", context + "the same embeddings asked for again")
+
+
+@clause("api_multimodal_isolation")
+def test_multimodal_isolation(connector_api):
+    cid = "api_multimodal_isolation"
+    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=45)
+    # An image's placeholder tokens are the same ids whatever the image: only its identifier (vLLM's
+    # hash of it) tells two apart. It starts at the first block's third token (after the prompt's
+    # unique prefix), so every block holds KV that depends on it. Both ways: an image's prompt asked
+    # for with another image and as text, and a text prompt asked for with that image.
+    image = {name: Image(identifier, UNIQUE_PREFIX, 2 * BLOCK_SIZE)
+             for name, identifier in (("image-a", "cat"), ("image-b", "dog"), ("image-a-on-text", "cat"),
+                                      ("image-a-again", "cat"))}
+    phases = [Phase([("image-a", ps.stored), ("text", ps.neighbour)], seeded_fill(45), images=image),
+              Phase([("image-b", ps.stored), ("text-only", ps.stored), ("image-a-on-text", ps.neighbour),
+                     ("image-a-again", ps.stored), ("text-again", ps.neighbour)], seeded_fill(46), images=image)]
+    context = f"with an image behind {2 * BLOCK_SIZE} placeholder tokens from token {UNIQUE_PREFIX}: "
+    stored, again = _tenants_apart(
+        connector_api, cid, phases, {"image-a-again", "text-again"}, context=context,
+        stored="a prompt with an image (identifier 'cat') and a prompt of text",
+        others="a request of the same token ids with another image ('dog') or none, or of the text with the image",
+        harm="keyed by token ids, every image behind the same placeholders is one key",
+        fix="Key stored KV by the request's multimodal inputs too (each mm_features entry's identifier, which "
+            "vLLM puts in the block hashes of the blocks its placeholders cover), and never fall back to the "
+            "text's KV on a miss")
+    _bytes_back(cid, stored, "image-a", again, "image-a-again", context + "the same image asked for again")
 
 
 @clause("api_chunked_prefill")

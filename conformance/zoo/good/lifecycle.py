@@ -1,7 +1,7 @@
 """vLLM's ExampleConnector with its lifecycle put right: the positive control of the lifecycle
 clauses, and the base each lifecycle known-bad (``conformance/zoo/connectors/``) breaks once.
 
-- the key includes the request's ``cache_salt``, LoRA adapter (its name and path: another version
+- the key includes the request's images (as ExampleConnector's does), ``cache_salt``, LoRA adapter (its name and path: another version
   of an adapter under the same name is another adapter) and prompt embeddings
   (ExampleConnector keys on token ids only), and a request without token ids is handled;
 - a prompt prefilled in chunks is saved once all of it is computed, from all its blocks
@@ -26,6 +26,7 @@ class LifecycleConnector(ExampleConnector):
     KEY_SALT = True  # the cache_salt is part of the key
     KEY_LORA = True  # so is the LoRA adapter's name
     KEY_LORA_PATH = True  # and its path: a version loaded from another directory under the same name
+    KEY_IMAGES = True  # and the identifiers of its images (multimodal inputs)
     KEY_EMBEDS = True  # and a hash of the prompt's embeddings, for a prompt given as embeddings
     SAVE_COMPLETE = True  # a prompt is saved once it is computed, not at its first chunk
 
@@ -63,7 +64,8 @@ class LifecycleConnector(ExampleConnector):
         embeds = request.prompt_embeds
         digest = [] if embeds is None or not self.KEY_EMBEDS else [
             "embeds:" + hashlib.sha256(embeds.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:32]]
-        return [f.identifier for f in request.mm_features] + salt + lora + digest
+        images = [f.identifier for f in request.mm_features] if self.KEY_IMAGES else []
+        return images + salt + lora + digest
 
     def build_connector_meta(self, scheduler_output):
         meta = ExampleConnectorMetadata()

@@ -139,6 +139,7 @@ EXPECTED = {
     # Keyed by the adapter's name, not its path: the next version of an adapter is served the last's KV.
     ZOO + "lora_name_keyed:LoraNameKeyedConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     GOOD + "bounded:BoundedConnector": FILE_STORE_BUGS,
+    ZOO + "image_blind:ImageBlindConnector": {"api_multimodal_isolation"} | FILE_STORE_BUGS,
     # Stores only prompts of more than 256 tokens, declared min-span=256: every prompt is 256 tokens
     # longer, so each clause judges it, and its twin's salt-blind key (unseen on short prompts) is caught.
     GOOD + "min_span:MinSpanConnector": FILE_STORE_BUGS,
@@ -148,7 +149,7 @@ EXPECTED = {
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
 NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_lora_isolation",
-                                               "api_prompt_embeds", "api_chunked_prefill", "api_preemption",
+                                               "api_prompt_embeds", "api_multimodal_isolation", "api_chunked_prefill", "api_preemption",
                                                "api_save_before_free", "api_format_isolation", "api_shared_prefix",
                                                "api_mixed_hits",
                                                # nor what a load does with damage or a shared prefix

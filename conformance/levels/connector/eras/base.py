@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
 
 import torch
+
+
+@dataclass(frozen=True)
+class Image:
+    """A multimodal input of a request: ``identifier`` (vLLM's hash of the image) behind the
+    placeholder tokens ``offset`` to ``offset + length`` of its prompt."""
+
+    identifier: str
+    offset: int
+    length: int
 
 
 class EraUnavailable(Exception):
@@ -24,7 +35,7 @@ class Era(Protocol):
         """A real ``VllmConfig`` for the CPU device with the connector configured; ``scheduling``
         overrides ``SchedulerConfig`` knobs (a token budget that forces chunked prefill); ``serves``
         what an engine serving more than token-id prompts enables: ``lora`` (``--enable-lora``),
-        ``prompt_embeds`` (``--enable-prompt-embeds``)."""
+        ``prompt_embeds`` (``--enable-prompt-embeds``), ``images`` (see ``take_images``)."""
 
     def storage_dtype(self, config: Any) -> torch.dtype:
         """The torch dtype vLLM allocates for the config's kv_cache_dtype (uint8 for every fp8)."""
@@ -34,6 +45,10 @@ class Era(Protocol):
         """(KVCacheConfig, layer name -> paged KV view) as vLLM's model runner allocates them."""
 
     def make_scheduler(self, config: Any, kv_cache_config: Any) -> Any: ...
+
+    def take_images(self, scheduler: Any, tokens: int) -> None:
+        """Give a text model's scheduler a multimodal model's encoder budget of ``tokens``, so that
+        it schedules requests with images (EraUnavailable where this vLLM's scheduler has none)."""
 
     def make_worker_connector(self, config: Any, kv_cache_config: Any) -> Any: ...
 
@@ -48,7 +63,8 @@ class Era(Protocol):
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
                      cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None,
-                     lora: str | None = None, prompt_embeds: torch.Tensor | None = None) -> Any: ...
+                     lora: str | None = None, prompt_embeds: torch.Tensor | None = None,
+                     image: Image | None = None) -> Any: ...
 
     def abort(self, scheduler: Any, request_id: str) -> None:
         """Abort a request the way the engine core does (the scheduler's finish path)."""

@@ -14,6 +14,7 @@ from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 import torch
 
+from conformance.levels.connector.eras.base import EraUnavailable, Image
 from conformance.levels.releases import engine_settings
 
 
@@ -124,13 +125,16 @@ class HookEra:
 
     def make_request(self, request_id: str, prompt: Sequence[int], block_size: int,
                      cache_salt: str | None = None, kv_transfer_params: dict[str, Any] | None = None,
-                     lora: str | None = None, prompt_embeds: torch.Tensor | None = None) -> Any:
+                     lora: str | None = None, prompt_embeds: torch.Tensor | None = None,
+                     image: Image | None = None) -> Any:
         """A one-token request, carrying ``kv_transfer_params`` as vLLM's API server hands them over
         (in the sampling params' ``extra_args``), for the LoRA adapter named ``lora`` if given (its
         id derived from the name, as a server's adapter registry fixes one per adapter; ``name@version``:
         another version of that adapter, the same name and id from another directory, as vLLM's
         ``load_inplace`` replaces one); given
-        ``prompt_embeds``, a prompt of embeddings with no token ids (``prompt`` gives only its length)."""
+        ``prompt_embeds``, a prompt of embeddings with no token ids (``prompt`` gives only its length);
+        given ``image``, a prompt whose tokens there are that image's placeholders (no pixels: the
+        scheduler and the connector see only its identifier and place, as in an engine core)."""
         import zlib
 
         from vllm import SamplingParams
@@ -144,7 +148,15 @@ class HookEra:
                        prompt_embeds=prompt_embeds, sampling_params=params,
                        pooling_params=None, block_hasher=self._hasher(block_size), cache_salt=cache_salt,
                        lora_request=LoRARequest(name, zlib.crc32(name.encode()) % 2**30 + 1, f"/kvconform/lora/{lora}")
-                       if lora and (name := lora.partition("@")[0]) else None)
+                       if lora and (name := lora.partition("@")[0]) else None,
+                       **({"mm_features": [_feature(image)]} if image else {}))
+
+    def take_images(self, scheduler: Any, tokens: int) -> None:
+        """The encoder budget and encoder cache a multimodal model's scheduler sizes for itself."""
+        if not hasattr(scheduler, "max_num_encoder_input_tokens"):
+            raise EraUnavailable("its scheduler has no encoder budget (max_num_encoder_input_tokens)")
+        scheduler.max_num_encoder_input_tokens = tokens
+        scheduler.encoder_cache_manager = type(scheduler.encoder_cache_manager)(cache_size=tokens)
 
     def abort(self, scheduler: Any, request_id: str) -> None:
         """What the engine core does when a client goes away: the scheduler's own finish path."""
@@ -306,3 +318,13 @@ def _attention_metadata(mla: bool) -> Any:
 
         return object.__new__(MLACommonMetadata)
     return SimpleNamespace()
+
+
+def _feature(image: Image) -> Any:
+    """The image as the engine core hands it to the scheduler: its identifier and placeholder range,
+    its encoder inputs already elsewhere (``data=None``, as for an item the processor cache holds)."""
+    from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
+
+    return MultiModalFeatureSpec(data=None, modality="image", identifier=image.identifier,
+                                 mm_position=PlaceholderRange(offset=image.offset, length=image.length),
+                                 mm_hash=image.identifier)
