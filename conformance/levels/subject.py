@@ -20,6 +20,8 @@ STORAGE = "{storage}"  # in a connector's extra config: the private directory th
 # ... and a name private to it, for what a daemon the connector talks to keys its state by (a
 # namespace, a key prefix, a bucket): the same for the engines or pairs that share that storage.
 NAMESPACE = "{namespace}"
+# ... and the served model's directory name, for a deployment that gives each model its own storage.
+MODEL = "{model}"
 
 # What a connector may declare about itself (never guessed from its name): clauses that need a
 # capability are Disabled, not failed, for a connector that does not declare it.
@@ -118,13 +120,15 @@ class ConnectorChoice:
         found = self.extra_config.get("connectors") if self.name == "MultiConnector" else None
         return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
 
-    def transfer_config(self, extra: dict[str, Any], storage: str, role: str | None = None) -> dict[str, Any]:
+    def transfer_config(self, extra: dict[str, Any], storage: str, role: str | None = None,
+                        model: str = "") -> dict[str, Any]:
         """vLLM's KVTransferConfig kwargs, with ``storage`` (a directory private to this run) put
-        wherever the extra config says ``{storage}``, however deep (a MultiConnector's children);
+        wherever the extra config says ``{storage}``, however deep (a MultiConnector's children), and
+        the served ``model``'s directory name wherever it says ``{model}``;
         an extra config that names no place gets it as ExampleConnector's ``shared_storage_path``
         (other connectors ignore that key). ``extra`` (what the suite started: LMCache's server)
         reaches a MultiConnector's children too. ``role`` overrides the declared kv_role (a P/D pair's)."""
-        mine = with_storage(self.extra_config, storage)
+        mine = with_storage(self.extra_config, storage, model)
         default = {} if mine != self.extra_config else {"shared_storage_path": storage}
         if extra and self.children:
             mine = {**mine, "connectors": [
@@ -457,15 +461,15 @@ def namespace_of(storage: str) -> str:
     return "kvconform-" + hashlib.sha256(storage.encode()).hexdigest()[:16]
 
 
-def with_storage(value: Any, storage: str) -> Any:
-    """``value`` with every ``{storage}`` and ``{namespace}`` in its strings replaced, recursively
-    through lists and dicts."""
+def with_storage(value: Any, storage: str, model: str = "") -> Any:
+    """``value`` with every ``{storage}``, ``{namespace}`` and ``{model}`` in its strings replaced,
+    recursively through lists and dicts."""
     if isinstance(value, str):
-        return value.replace(STORAGE, storage).replace(NAMESPACE, namespace_of(storage))
+        return value.replace(STORAGE, storage).replace(NAMESPACE, namespace_of(storage)).replace(MODEL, model)
     if isinstance(value, list):
-        return [with_storage(v, storage) for v in value]
+        return [with_storage(v, storage, model) for v in value]
     if isinstance(value, dict):
-        return {k: with_storage(v, storage) for k, v in value.items()}
+        return {k: with_storage(v, storage, model) for k, v in value.items()}
     return value
 
 

@@ -126,6 +126,11 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
            "same storage loads nothing or reports the load failed: never the other format's bytes",
            requires=_ACROSS, needs_load=True),
+    Clause("api_model_isolation", _CONNECTOR,
+           "an engine of another checkpoint of the model (same architecture, other weights, another "
+           "directory) over the same storage loads nothing of what the model stored, or reports the load "
+           "failed; the model's own engine still loads it byte for byte",
+           requires=_ACROSS, needs_load=True),
     Clause("api_cache_salt", _CONNECTOR,
            "a prompt stored under one cache_salt is never claimed for a request with another salt or "
            "none (one tenant is never served another's KV); the same salt still loads",
@@ -319,7 +324,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "engine_store_then_load", "engine_same_engine_reload", "engine_pd_roundtrip", "engine_hma_groups",
         "engine_effective_dtype", "engine_block_boundaries", "engine_shared_prefix", "engine_concurrent_requests"),
     "format isolation": (
-        "format_isolation", "mismatch_rejection", "api_format_isolation", "api_pd_format_isolation",
+        "format_isolation", "mismatch_rejection", "api_format_isolation", "api_model_isolation", "api_pd_format_isolation",
         "engine_format_isolation"),
     "damaged or lost storage": (
         "corruption_detected", "api_damaged_storage", "api_load_errors_reported", "api_pd_lost_peer",

@@ -224,6 +224,7 @@ class ConnectorHarness:
     timeout_s: float = 60.0
     extra_config: Mapping[str, Any] = field(default_factory=dict)  # what the suite started (servers)
     lose_remote: Callable[[], str] | None = None  # loses a server's content; says how
+    retrained: Callable[[], Path] | None = None  # another checkpoint of the model (None: the user's directory)
     _used: set[str] = field(default_factory=set)  # storages a run has used (a first run is cold)
     _hung: str | None = None  # the hang that ended the connector: every later test is an Error at once
 
@@ -272,25 +273,27 @@ class ConnectorHarness:
         return int(json.loads((self.model / "config.json").read_text())["vocab_size"])
 
     def run(self, *, kv_cache_dtype: str, layout: str, block_size: int,
-            requests: Sequence[tuple[Any, ...]], fill: Filler, storage: str) -> Run:
+            requests: Sequence[tuple[Any, ...]], fill: Filler, storage: str, model: Path | None = None) -> Run:
         """One engine's lifetime: ``requests`` scheduled in order, each prefilled and finished."""
         (run,) = self.lifetime(kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size,
-                               phases=[Phase(requests, fill)], storage=storage)
+                               phases=[Phase(requests, fill)], storage=storage, model=model)
         return run
 
     def lifetime(self, *, kv_cache_dtype: str, layout: str, block_size: int, phases: Sequence[Phase], storage: str,
-                 scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None) -> list[Run]:
+                 scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
+                 model: Path | None = None) -> list[Run]:
         """One engine's lifetime in phases, one Run each. Between phases every request has finished;
         the engine's own prefix cache is then reset and the next phase's fill overwrites every block
         (as vLLM reuses freed blocks), so a later phase can only get earlier KV back through the
         connector, within the same connector pair (a cache that lives inside its engine).
         ``scheduling`` overrides vLLM's scheduler knobs (a small token budget: chunked prefill);
-        ``num_blocks`` shrinks the cache (too few blocks: preemptions)."""
+        ``num_blocks`` shrinks the cache (too few blocks: preemptions); ``model`` serves another model
+        directory than the harness's."""
         beat()  # a lifetime begins: the supervising parent sees progress
         cold = storage not in self._used
         self._used.add(storage)
         pair = _Pair(self, kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size, storage=storage,
-                     scheduling=scheduling, num_blocks=num_blocks or self.num_blocks,
+                     scheduling=scheduling, num_blocks=num_blocks or self.num_blocks, model=model,
                      serves=frozenset().union(*(phase.serves for phase in phases)))
         runs: list[Run] = []
         try:
@@ -448,16 +451,18 @@ class _Pair:
     built = 0  # pairs this process built: a connector that can be built here at all
 
     def __init__(self, harness: ConnectorHarness, *, kv_cache_dtype: str, layout: str, block_size: int,
-                 storage: str, scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
+                 storage: str, model: Path | None = None, scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
                  role: str | None = None, serves: frozenset[str] = frozenset()) -> None:
         if "events" in harness.connector.capabilities:  # an engine whose operator turned KV events on
             serves |= {"events"}
         self.harness, era = harness, harness.era
         self.kv_cache_dtype, self.layout = kv_cache_dtype, layout
+        model = model or harness.model
         transfer = harness.connector.transfer_config(dict(harness.extra_config), str(harness.workdir / storage),
+                                                     model=model.name,
                                                      role=role)
         self.config = config = harness._setup("configuring vLLM with the connector", lambda: era.make_config(
-            model=str(harness.model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
+            model=str(model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
             block_size=block_size, scheduling=scheduling, serves=serves))
         resolved = config.cache_config.cache_dtype
         if resolved != kv_cache_dtype:  # vLLM's own choice for this platform: no such KV cache to judge

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Callable, cast
 
@@ -47,7 +48,8 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
     era = _with_required_layout(era, connector, model_dir, workdir, extra)
     probe_fallbacks(era, connector, model_dir, workdir, extra)
     return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra,
-                            lose_remote=lose), close
+                            lose_remote=lose, retrained=None if Path(model).is_dir()
+                            else functools.partial(materialise, model, retrained=1)), close
 
 
 class _RequiredLayout:
@@ -69,7 +71,7 @@ def _with_required_layout(era: Era, connector: ConnectorChoice, model: Path, wor
     """``era``, narrowed to the layout the connector requires, if it requires one; a connector that
     cannot say (its configuration does not build here) is left to its clauses to judge."""
     try:
-        transfer = connector.transfer_config(dict(extra), str(workdir / "layout-probe"))
+        transfer = connector.transfer_config(dict(extra), str(workdir / "layout-probe"), model=model.name)
         config = era.make_config(model=str(model), transfer=transfer, kv_cache_dtype="auto",
                                  layout=era.layouts()[0], block_size=32)
         required = era.required_layout(config)
@@ -85,7 +87,7 @@ def probe_fallbacks(era: Era, connector: ConnectorChoice, model: Path, workdir: 
     runs fp8 as auto), before any clause draws from it: an example of it would judge nothing."""
     for dtype in axis_dtypes():
         try:
-            transfer = connector.transfer_config(dict(extra), str(workdir / "dtype-probe"))
+            transfer = connector.transfer_config(dict(extra), str(workdir / "dtype-probe"), model=model.name)
             config = era.make_config(model=str(model), transfer=transfer, kv_cache_dtype=dtype,
                                      layout=era.layouts()[0], block_size=32)
         except Exception:  # a config that does not build here is the clauses' to report

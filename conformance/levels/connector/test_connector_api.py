@@ -448,6 +448,40 @@ def _format_isolation_examples(connector_api, twins, evidence, data):
         evidence["same_format_loaded"] = same.external_tokens.get("load", 0) > 0
 
 
+@clause("api_model_isolation")
+def test_model_isolation(connector_api):
+    # A prompt stored by an engine of the model, asked for by an engine of another checkpoint of it
+    # (same architecture and KV geometry, other weights, another directory: a fine-tune served beside
+    # its base) over the same storage, then by the model's engine again.
+    cid = "api_model_isolation"
+    if connector_api.retrained is None:
+        pytest.skip(f"{NOT_RUNNABLE_PREFIX}the model is a directory (--kv-model PATH): the suite makes another "
+                    "checkpoint only of its own model recipes")
+    other = connector_api.retrained()
+    ps = unique_prompts(connector_api.vocab_size, 4 * 16 + 5, seed=80)
+    storage, layout = f"models-{uuid.uuid4().hex[:12]}", connector_api.era.layouts()[0]
+    context = ("a prompt stored by an engine of the model, then asked for by an engine of another checkpoint of it "
+               f"({other.name}: the same architecture, other weights, another directory) over the same storage: ")
+    with _connector_faults_fail(cid, context):
+        store = connector_api.run(kv_cache_dtype="auto", layout=layout, block_size=16,
+                                  requests=[("stored", ps.stored)], fill=seeded_fill(80), storage=storage)
+        crossed = connector_api.run(kv_cache_dtype="auto", layout=layout, block_size=16,
+                                    requests=[("other-model", ps.stored)], fill=seeded_fill(81), storage=storage,
+                                    model=other)
+        again = connector_api.run(kv_cache_dtype="auto", layout=layout, block_size=16,
+                                  requests=[("load", ps.stored)], fill=seeded_fill(82), storage=storage)
+    n = crossed.external_tokens.get("other-model", 0)
+    if n > 0 and not set(crossed.blocks.get("other-model", ())[: -(-n // 16)]) <= crossed.load_errors:
+        raise ClauseViolation(cid, f"{context}it loaded {n} tokens of the first model's KV: another model's weights "
+                                   "give every layer other K and V, so its requests are served wrong KV. Key stored "
+                                   "KV by the model too (the served model's name or path, as vLLM's config gives it "
+                                   "in model_config.model); or, where each model's engines get storage of their own, "
+                                   "say so in the extra config: '{model}' where it names the place (e.g. "
+                                   "\"shared_storage_path\": \"{storage}/{model}\"), which the suite fills with the "
+                                   f"served model's directory name {_where(crossed, 'load by the other checkpoint')}")
+    _as_saved(cid, store, again, context + "then asked for by the model's engine again")
+
+
 @clause("api_load_errors_reported")
 def test_load_errors_reported(connector_api):
     cid = "api_load_errors_reported"

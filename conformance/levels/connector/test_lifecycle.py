@@ -293,7 +293,8 @@ def test_connector_stats(connector_api):
         raise ClauseViolation(cid, f"{context}, vLLM's scheduler gathered no connector stats in any step: the "
                                    "workers' get_kv_connector_stats and the scheduler side's returned nothing, so "
                                    "vLLM's logs and metrics show no transfer (the connector declares 'stats')")
-    transfer = connector_api.connector.transfer_config(dict(connector_api.extra_config), str(connector_api.workdir))
+    transfer = connector_api.connector.transfer_config(dict(connector_api.extra_config), str(connector_api.workdir),
+                                                    model=connector_api.model.name)
     try:
         logged = connector_api.era.logged_stats(transfer, carried)
     except Exception as exc:

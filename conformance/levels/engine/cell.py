@@ -403,7 +403,7 @@ class EngineCell:
             storage.mkdir(parents=True, exist_ok=True)
             kv_role = {"producer": "kv_producer", "consumer": "kv_consumer"}.get(role)
             spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage),
-                                                               role=kv_role)
+                                                               role=kv_role, model=self.model.name)
             if load_failure_policy:
                 spec["connector"]["kv_load_failure_policy"] = load_failure_policy
         return spec

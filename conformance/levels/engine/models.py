@@ -39,14 +39,17 @@ def load_recipe(name: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def materialise(name: str) -> Path:
-    """The model directory for recipe ``name``, generating it on first use."""
+def materialise(name: str, *, retrained: int = 0) -> Path:
+    """The model directory for recipe ``name``, generating it on first use; ``retrained=N``: another
+    checkpoint of the same model (its weights drawn from the recipe's seed plus N), as a fine-tune
+    or a later training run of one architecture is: the same KV geometry, other KV."""
     import transformers
 
     recipe = load_recipe(name)
-    key = hashlib.sha256((RECIPES_DIR / f"{name}.json").read_bytes()
-                         + transformers.__version__.encode()).hexdigest()[:12]
-    out = cache_root() / "models" / f"{name}-{key}"
+    recipe["seed"] += retrained
+    key = hashlib.sha256((RECIPES_DIR / f"{name}.json").read_bytes() + transformers.__version__.encode()
+                         + (f"retrained={retrained}".encode() if retrained else b"")).hexdigest()[:12]
+    out = cache_root() / "models" / (f"{name}-{key}" if not retrained else f"{name}-retrained{retrained}-{key}")
     if (out / "DONE").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """vLLM's ExampleConnector with its lifecycle put right: the positive control of the lifecycle
 clauses, and the base each lifecycle known-bad (``conformance/zoo/connectors/``) breaks once.
 
-- the key includes the request's images (as ExampleConnector's does), ``cache_salt``, LoRA adapter (its name and path: another version
+- the key includes the served model (another checkpoint's engine over the same storage is another
+  model), the request's images (as ExampleConnector's does), ``cache_salt``, LoRA adapter (its name and path: another version
   of an adapter under the same name is another adapter) and prompt embeddings
   (ExampleConnector keys on token ids only), and a request without token ids is handled;
 - a prompt prefilled in chunks is saved once all of it is computed, from all its blocks
@@ -23,7 +24,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 
 
 class LifecycleConnector(ExampleConnector):
-    KEY_SALT = True  # the cache_salt is part of the key
+    KEY_MODEL = True  # the served model (its path or name) is part of the key
+    KEY_SALT = True  # so is the cache_salt
     KEY_LORA = True  # so is the LoRA adapter's name
     KEY_LORA_PATH = True  # and its path: a version loaded from another directory under the same name
     KEY_IMAGES = True  # and the identifiers of its images (multimodal inputs)
@@ -55,7 +57,7 @@ class LifecycleConnector(ExampleConnector):
                     else request.all_token_ids[:request.num_prompt_tokens])
 
     def _tags(self, request) -> list[str]:
-        """What besides the token ids names the KV: multimodal inputs, the tenant's salt, the adapter,
+        """What besides the token ids names the KV: the model, multimodal inputs, the tenant's salt, the adapter,
         the prompt's embeddings."""
         salt = [f"cache_salt:{request.cache_salt}"] if self.KEY_SALT and request.cache_salt else []
         adapter = request.lora_request
@@ -65,7 +67,8 @@ class LifecycleConnector(ExampleConnector):
         digest = [] if embeds is None or not self.KEY_EMBEDS else [
             "embeds:" + hashlib.sha256(embeds.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:32]]
         images = [f.identifier for f in request.mm_features] if self.KEY_IMAGES else []
-        return images + salt + lora + digest
+        model = [f"model:{self._vllm_config.model_config.model}"] if self.KEY_MODEL else []
+        return model + images + salt + lora + digest
 
     def build_connector_meta(self, scheduler_output):
         meta = ExampleConnectorMetadata()

@@ -20,12 +20,12 @@ BOUNDED_ONLY = {c.id for c in CLAUSES.values() if c.level == "connector" and "ca
 # Inherited from ExampleConnector's files: fp8 twins share a key, no checksum, and a file it cannot
 # parse raises in the worker instead of being reported (api_load_errors_reported).
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage", "api_load_errors_reported"}
-# Also inherited: a key of token ids alone (api_cache_salt, api_lora_isolation; a prompt of
+# Also inherited: a key of token ids alone (api_cache_salt, api_lora_isolation, api_model_isolation; a prompt of
 # embeddings measured by its absent token ids, a claim of -16 tokens: api_prompt_embeds), and a save
 # at a prompt's first chunk that later claims the whole prompt (a shape mismatch on load), hit by
 # every scenario that prefills in chunks (api_chunked_prefill, api_abort, api_preemption).
-LIFECYCLE_BUGS = {"api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill", "api_abort",
-                  "api_preemption"}
+LIFECYCLE_BUGS = {"api_cache_salt", "api_lora_isolation", "api_model_isolation", "api_prompt_embeds",
+                  "api_chunked_prefill", "api_abort", "api_preemption"}
 EXAMPLE_BUGS = FILE_STORE_BUGS | LIFECYCLE_BUGS
 # A connector that loads wrong bytes (or another prompt's) loads them wrong in the workloads too.
 WRONG_BYTES = {"api_shared_prefix", "api_mixed_hits"}
@@ -140,6 +140,7 @@ EXPECTED = {
     ZOO + "lora_name_keyed:LoraNameKeyedConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     GOOD + "bounded:BoundedConnector": FILE_STORE_BUGS,
     ZOO + "image_blind:ImageBlindConnector": {"api_multimodal_isolation"} | FILE_STORE_BUGS,
+    ZOO + "model_blind:ModelBlindConnector": {"api_model_isolation"} | FILE_STORE_BUGS,
     # Stores only prompts of more than 256 tokens, declared min-span=256: every prompt is 256 tokens
     # longer, so each clause judges it, and its twin's salt-blind key (unseen on short prompts) is caught.
     GOOD + "min_span:MinSpanConnector": FILE_STORE_BUGS,
