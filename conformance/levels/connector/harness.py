@@ -186,7 +186,8 @@ class Phase:
     and optionally a ``cache_salt``) admitted together over caches ``fill`` wrote; ``aborts`` names
     requests the client abandons after that many steps of the phase (0: before any step);
     ``transfer`` the kv_transfer_params a request carries (P/D); ``loras`` the LoRA adapter a
-    request is for; ``images`` the image its placeholder tokens stand for; ``embeds`` the seed of the embeddings a request is given instead of its token
+    request is for; ``images`` the image its placeholder tokens stand for; ``embeds`` the seed of
+    the embeddings a request is given instead of its token
     ids (its prompt's length theirs); ``fresh=False`` keeps the engine's own prefix cache and the
     blocks as the last phase left them (no reset, no fill: vLLM's local hits beside the connector's);
     ``reuse_freed`` overwrites each block as soon as its request
@@ -451,8 +452,8 @@ class _Pair:
     built = 0  # pairs this process built: a connector that can be built here at all
 
     def __init__(self, harness: ConnectorHarness, *, kv_cache_dtype: str, layout: str, block_size: int,
-                 storage: str, model: Path | None = None, scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
-                 role: str | None = None, serves: frozenset[str] = frozenset()) -> None:
+                 storage: str, model: Path | None = None, scheduling: Mapping[str, int] | None = None,
+                 num_blocks: int | None = None, role: str | None = None, serves: frozenset[str] = frozenset()) -> None:
         if "events" in harness.connector.capabilities:  # an engine whose operator turned KV events on
             serves |= {"events"}
         self.harness, era = harness, harness.era

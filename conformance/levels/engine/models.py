@@ -53,7 +53,7 @@ def materialise(name: str, *, retrained: int = 0) -> Path:
     if (out / "DONE").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.parent / f"{name}-{key}.lock", "w") as lock:
+    with open(out.parent / f"{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "DONE").exists():
             _generate(recipe, out)
