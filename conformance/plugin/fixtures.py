@@ -74,7 +74,7 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                       workdir=tmp_path_factory.mktemp("engine"), timeout_s=opt(options.ENGINE_TIMEOUT),
                       python=python, baselines=BaselineStore(Path(shared)) if shared else None,
                       hosted=opt(options.ENGINE_START) == "host", lanes=opt(options.ENGINE_LANES),
-                      clauses=selected)
+                      clauses=selected, tensor_parallel=opt(options.TENSOR_PARALLEL))
     yield cell
     cell.close()
     request.config.stash[ENGINE_TIMINGS] = cell.timings()

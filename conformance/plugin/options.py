@@ -33,6 +33,7 @@ ENGINE_START = "--kv-engine-start"
 ENGINE_LANES = "--kv-engine-lanes"
 ENGINE_BASELINES = "--kv-engine-baselines"
 ENGINE_ENV = "--kv-engine-env"
+TENSOR_PARALLEL = "--kv-tensor-parallel"
 TRANSFER_CONFIG = "--kv-transfer-config"
 LMCACHE_SERVER_ARG = "--kv-lmcache-server-arg"
 LEVELS_OPTION = "--kv-levels"
@@ -105,6 +106,10 @@ def add_options(parser: pytest.Parser) -> None:
     engine.addoption(ENGINE_LANES, type=int, default=2, choices=[1, 2], metavar="N",
                      help="2 (the default): the roles whose storage no other role touches (the format twin's "
                           "baseline, LoRA, block reuse) run beside the rest once the baseline ran; 1: one engine at a time")
+    engine.addoption(TENSOR_PARALLEL, type=int, default=1, metavar="N",
+                     help="N > 1 judges engine_tensor_parallel: a store and a load engine of N tensor-parallel "
+                          "ranks (and vLLM's own output with N ranks), each rank bound to a core of its own "
+                          "(three more engines: asked for, never by default)")
     engine.addoption(ENGINE_ENV, action="append", default=[], metavar="NAME=VALUE",
                      help="an environment variable every engine of the connector runs with, as its deployment "
                           "sets it (repeatable): 'PYTHONHASHSEED=0' for a connector whose documentation requires "

@@ -176,7 +176,11 @@ PRESSURE_ROLES = ("pressure_store", "pressure_load")
 MAX_PRESSURE_PROMPTS = 48  # what one engine cell stores for it, at most
 PRESSURE_PROMPT_BLOCKS = (2, 16)  # each prompt's length, in blocks, at least and at most (the models' 1024 positions)
 PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
-COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store")  # the first engine over its (empty) storage
+# Tensor parallelism (--kv-tensor-parallel N): the store and load engines again, and vLLM's own
+# output, each engine with N ranks in worker processes, every rank its share of the KV heads.
+TP_ROLES = ("tp_store", "tp_load")
+TP_BASELINE = "tp_baseline"
+COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store", "tp_store")  # the first engine over its (empty) storage
 # Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
 # connector the suite starts LMCache's server for, a server of its own (``EngineCell.server``). The
 # roles that must start cold or run on the second lane have one each, so none warms, empties or
@@ -184,7 +188,7 @@ COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store")  # the first en
 ACROSS = ""
 WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", EMBEDS: "embeds", **dict.fromkeys(PD_ROLES, "pd"),
           **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix"),
-          **dict.fromkeys(PRESSURE_ROLES, "pressure")}
+          **dict.fromkeys(PRESSURE_ROLES, "pressure"), **dict.fromkeys(TP_ROLES, "tp")}
 
 
 def world_of(role: str) -> str:
@@ -194,7 +198,7 @@ def world_of(role: str) -> str:
 # The engines that read what another engine stored (or was handed: the P/D consumer), which in
 # production is a separately started process: they run in an interpreter of their own, started with
 # another hash seed than the cell's other engines (``separate``: another host, or fresh processes).
-SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "prefix_load", "pressure_load", "consumer")
+SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "prefix_load", "pressure_load", "consumer", "tp_load")
 
 
 def side_of(role: str) -> str:
@@ -203,7 +207,7 @@ def side_of(role: str) -> str:
     return separate.SECOND if role in SECOND_ENGINE else separate.FIRST
 
 
-NO_CONNECTOR = ("baseline", "twin_baseline")  # vLLM alone: shared between cells (BaselineStore)
+NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE)  # vLLM alone: shared between cells (BaselineStore)
 # Roles whose engine settings the baseline does not share (LoRA or prompt embeddings on; a cache of a few blocks): when
 # one fails, the same engine without the connector says whether vLLM runs those settings here at all.
 OWN_SETTINGS = (LORA, EMBEDS, "reuse_store")
@@ -214,7 +218,7 @@ REPLAY = "_replayed"  # a load role's engine after its storing role's batches, n
 STORED_MARK = "#stored"  # the storing role's batches, renamed in a replay
 # The role whose batches stored what a load role asks for (the same-engine role: its own first phase).
 STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "pressure_store",
-             SAME_ENGINE: SAME_ENGINE}
+             "tp_load": "tp_store", SAME_ENGINE: SAME_ENGINE}
 # Roles no other role reads or damages the storage of (nor needs, but the one after it): with two
 # lanes they run on the second, beside the rest, once the baseline has shown vLLM runs the cell.
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
@@ -237,12 +241,15 @@ LANE_THREAD = "engine-lane"  # the second lane's thread
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
 
 
-def lane_binding() -> dict[str, str]:
-    """The environment that binds the calling lane's engines to a core of their own (the note above);
-    nothing where the user chose a binding."""
+def lane_binding(ranks: int = 1) -> dict[str, str]:
+    """The environment that binds the calling lane's engines to a core of their own (the note above),
+    or an engine of ``ranks`` tensor-parallel ranks to that many cores, one each (vLLM-CPU's own
+    binding asks for a NUMA node per rank); nothing where the user chose a binding."""
     if BIND in os.environ:
         return {}
     cores = sorted(os.sched_getaffinity(0))
+    if ranks > 1:
+        return {BIND: "|".join(map(str, cores[:ranks]))}
     lane = 1 if threading.current_thread().name.startswith(LANE_THREAD) else 0
     return {BIND: str(cores[lane % len(cores)])}
 NOT_STARTED = "not started: "  # a role's run after another engine of the cell hung (``_hung_run``)
@@ -256,8 +263,9 @@ def connected(role: str) -> bool:
 class EngineCell:
     def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
                  workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None,
-                 hosted: bool = True, lanes: int = 1, clauses: Collection[str] = ()) -> None:
+                 hosted: bool = True, lanes: int = 1, clauses: Collection[str] = (), tensor_parallel: int = 1) -> None:
         self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
+        self.tensor_parallel = tensor_parallel
         self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
         workdir.mkdir(parents=True, exist_ok=True)
         # vLLM imported once per interpreter of the cell's engines (``side_of``), each started with
@@ -412,6 +420,7 @@ class EngineCell:
         """Each role's engine spec; ``connected=False``: the same engines without the connector."""
         load = ["extends", "boundaries", "concurrent"]
         dtype = self.kv_cache_dtype
+        ranks = {"tensor_parallel_size": self.tensor_parallel}
 
         def using(role: str) -> str | None:
             return role if connected else None
@@ -445,6 +454,9 @@ class EngineCell:
             "prefix_load": lambda: self._spec(dtype, "prefix_load", ["system"]),
             "pressure_store": lambda: {**self._spec(dtype, using("pressure_store"), ["pressure"]), "drain": True},
             "pressure_load": lambda: self._spec(dtype, "pressure_load", ["pressure_again"]),
+            TP_BASELINE: lambda: {**self._spec(dtype, None, load), **ranks},
+            "tp_store": lambda: {**self._spec(dtype, using("tp_store"), STORED), "drain": True, **ranks},
+            "tp_load": lambda: {**self._spec(dtype, "tp_load", load), **ranks},
         }
 
     def tolerance(self, baseline: EngineRun, batch: str) -> Tolerance | None:
@@ -501,7 +513,8 @@ class EngineCell:
     def _start(self, role: str) -> EngineRun:
         intact = ["store", "load", "twin_load"]
         needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact,
-                 "reuse_load": ["reuse_store"], "prefix_load": ["prefix_store"], "pressure_load": ["pressure_store"]}
+                 "reuse_load": ["reuse_store"], "prefix_load": ["prefix_store"], "pressure_load": ["pressure_store"],
+                 "tp_load": ["tp_store"]}
         for dep in needs.get(role, []):
             try:
                 self.run(dep)
@@ -526,7 +539,7 @@ class EngineCell:
         kept in, the matrix run's baselines when there are any."""
         def start() -> EngineRun:
             return run_engine(spec, self.workdir / "engines", name, timeout_s=self.timeout_s, python=self.python,
-                              **self._process(name, lane_binding()))
+                              **self._process(name, lane_binding(spec.get("tensor_parallel_size", 1))))
 
         return self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
 

@@ -187,6 +187,8 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         **({"max_num_batched_tokens": spec["prefill_chunk"], "enable_chunked_prefill": True}
            if spec.get("prefill_chunk") else {}),
     )
+    if spec.get("tensor_parallel_size", 1) > 1:  # its ranks in worker processes of vLLM's own executor
+        kwargs.update(tensor_parallel_size=spec["tensor_parallel_size"], distributed_executor_backend="mp")
     if spec.get("connector"):
         kwargs["kv_transfer_config"] = KVTransferConfig(**spec["connector"])
     adapters = _lora_adapters(spec["model"], spec["lora_adapter"]) if spec.get("lora_adapter") else {}

@@ -10,6 +10,8 @@ match and each logprob stay within a measured tolerance (``comparison_tolerance`
 message names it. Prompts served one by one are always compared as bits.
 """
 
+import os
+
 import pytest
 
 from conformance.contract.spec import KVSpec
@@ -25,6 +27,7 @@ from conformance.levels.engine.cell import (
     SAME_ENGINE,
     STORED,
     THIRD_SALT,
+    TP_BASELINE,
     NotRunnable,
     compare_runs,
     external_hits,
@@ -32,6 +35,7 @@ from conformance.levels.engine.cell import (
     system_tokens,
 )
 from conformance.levels.engine.child import DRAIN_S
+from conformance.plugin.options import TENSOR_PARALLEL
 from conformance.levels.subject import PRESSURE_FACTOR, cannot_run_here, missing_dependency, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
@@ -161,6 +165,28 @@ def _stored_then_loaded(cell, clause_id, pair=("store", "load")):
     base = _baseline(cell)
     _connector_run(cell, pair[0], clause_id)
     return base, _connector_run(cell, pair[1], clause_id)
+
+
+@clause("engine_tensor_parallel")
+def test_engine_tensor_parallel(cell):
+    # Each rank holds its share of the KV heads: a key without the rank (or the world size) has the
+    # ranks overwrite each other's KV, or serve one rank another's heads.
+    cid = "engine_tensor_parallel"
+    ranks, cores = cell.tensor_parallel, len(os.sched_getaffinity(0))
+    if ranks < 2:
+        pytest.skip(f"asked for with {TENSOR_PARALLEL} N (N > 1): three more engines of N ranks each")
+    if cores < ranks:
+        _not_runnable(NotRunnable(f"an engine of {ranks} tensor-parallel ranks binds each rank to a core of its own; "
+                                  f"this machine gives this run {cores}"))
+    try:
+        base = cell.baseline(TP_BASELINE)
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    _connector_run(cell, "tp_store", cid)
+    load = _connector_run(cell, "tp_load", cid)
+    _identical(cell, load, base, ["extends", "boundaries", "concurrent"], cid,
+               f"engine B of {ranks} tensor-parallel ranks ({external_hits(load):g} external hit tokens), loading what "
+               f"engine A of {ranks} ranks stored,")
 
 
 @clause("engine_same_engine_reload")

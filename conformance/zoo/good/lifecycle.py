@@ -5,6 +5,8 @@ clauses, and the base each lifecycle known-bad (``conformance/zoo/connectors/``)
   model), the request's images (as ExampleConnector's does), ``cache_salt``, LoRA adapter (its name and path: another version
   of an adapter under the same name is another adapter) and prompt embeddings
   (ExampleConnector keys on token ids only), and a request without token ids is handled;
+- each tensor-parallel rank writes a file of its own (ExampleConnector's ranks share one file per
+  layer, and overwrite each other's heads);
 - a prompt prefilled in chunks is saved once all of it is computed, from all its blocks
   (ExampleConnector saves at the first chunk, then claims the whole prompt);
 - saves are reported asynchronously: ``request_finished`` keeps the blocks and the worker reports
@@ -15,6 +17,7 @@ It keeps ExampleConnector's file format (no checksum, fp8 twins share a key)."""
 from __future__ import annotations
 
 import hashlib
+import os
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
@@ -25,6 +28,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 
 class LifecycleConnector(ExampleConnector):
     KEY_MODEL = True  # the served model (its path or name) is part of the key
+    KEY_RANK = True  # each tensor-parallel rank's file of a layer is its own (its share of the heads)
     KEY_SALT = True  # so is the cache_salt
     KEY_LORA = True  # so is the LoRA adapter's name
     KEY_LORA_PATH = True  # and its path: a version loaded from another directory under the same name
@@ -69,6 +73,17 @@ class LifecycleConnector(ExampleConnector):
         images = [f.identifier for f in request.mm_features] if self.KEY_IMAGES else []
         model = [f"model:{self._vllm_config.model_config.model}"] if self.KEY_MODEL else []
         return model + images + salt + lora + digest
+
+    # --- worker side
+    def _generate_filename_debug(self, layer_name, *args, **kwargs):
+        """ExampleConnector's file of a layer's KV, per tensor-parallel rank and world size."""
+        path = super()._generate_filename_debug(layer_name, *args, **kwargs)
+        if not self.KEY_RANK:
+            return path
+        from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
+
+        root, ext = os.path.splitext(path)
+        return f"{root}.rank{get_tensor_model_parallel_rank()}-of-{get_tensor_model_parallel_world_size()}{ext}"
 
     def build_connector_meta(self, scheduler_output):
         meta = ExampleConnectorMetadata()
