@@ -1,5 +1,8 @@
 """Factories that fail the way a user's store might, for tests of the plugin's messages."""
 
+import json
+import os
+
 from conformance.contract.store import StoreNotRunnable
 from conformance.stores.memory import MemoryStore
 
@@ -8,13 +11,34 @@ def raising_factory(workdir):
     raise RuntimeError("server unreachable")
 
 
-PLANTED = ("S3CRET-IN-URL", "S3CRET-IN-PAIR", "S3CRET-IN-QUERY")
+# Secrets as a deployment configures them (planted_configuration), and the variable that hands
+# secret_leaking_store what it was configured with besides its KVCONFORM_* variables.
+PLANTED = ("S3CRET-IN-URL", "S3CRET-IN-PAIR", "S3CRET-IN-QUERY", "S3CRET-IN-ENV", "S3CRET-IN-EXTRA",
+           "S3CRET-IN-ENGINE-ENV")
+LEAKED = "LEAKED_BY_THE_STORE"
 
 
-def secret_leaking_factory(workdir):
-    """A store whose error message carries credentials, as a client library's often does."""
-    raise RuntimeError(f"cannot reach redis://svc:{PLANTED[0]}@10.0.0.1:6379/0 (password={PLANTED[1]}); "
-                       f"tried https://kv.example.invalid/x?token={PLANTED[2]}")
+def planted_configuration() -> tuple[dict[str, str], list[str]]:
+    """Where a deployment puts PLANTED (but the first, a URL's password no config holds): (the
+    environment, the suite's options). The store echoes them all (secret_leaking_store)."""
+    env = {"KVCONFORM_REDIS_PASSWORD": PLANTED[1], "KVCONFORM_KV_URL": f"https://kv.example.invalid/x?token={PLANTED[2]}",
+           "KVCONFORM_REDIS_URL": f"redis://svc:{PLANTED[3]}@h:1", LEAKED: f"{PLANTED[4]} {PLANTED[5]}"}
+    extra = {"tier": {"backends": [{"name": "s3", "secret_key": PLANTED[4]}]}}
+    return env, [f"--kv-connector-extra-config={json.dumps(extra)}", f"--kv-engine-env=S3_CREDS={PLANTED[5]}"]
+
+
+class _SecretLeaking(MemoryStore):
+    """A store whose errors carry the credentials it was configured with, as a client library's
+    often do: a URL's password, its KVCONFORM_* variables, and what LEAKED lists."""
+
+    def put(self, key, entry):
+        configured = [v for k, v in sorted(os.environ.items()) if k.startswith("KVCONFORM_")]
+        raise RuntimeError(f"cannot reach redis://svc:{PLANTED[0]}@10.0.0.1:6379/0 configured with "
+                           f"{[*configured, *os.environ.get(LEAKED, '').split()]}")
+
+
+def secret_leaking_store():
+    return _SecretLeaking()
 
 
 def not_runnable_factory(workdir):

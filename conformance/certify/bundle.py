@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import yaml
+
 from conformance import __version__
 from conformance.certify.golden import SHIPPED_GOLDEN, Badge, Golden, load_golden, load_product, test_id
 from conformance.matrix.definition import connector_args
@@ -357,9 +359,20 @@ def _target(product: Mapping[str, Any]) -> str:
     return product["store"] if "store" in product else product["connector"]["name"]
 
 
+def ship_product(product_path: Path, to: Path) -> None:
+    """PRODUCT.yaml as the vendor wrote it, or, where it holds a secret, with each one masked (verify
+    compares it with results whose extra config is masked the same way)."""
+    raw = yaml.safe_load(product_path.read_text())
+    masked = results.redact(raw)
+    if masked == raw:
+        shutil.copyfile(product_path, to)
+    else:
+        to.write_text(yaml.safe_dump(masked, sort_keys=False))
+
+
 def _write_bundle(out: Path, product_path: Path, product: dict[str, Any], golden: Golden,
                   problems: list[str]) -> None:
-    shutil.copyfile(product_path, out / "PRODUCT.yaml")
+    ship_product(product_path, out / "PRODUCT.yaml")
     shutil.copyfile(SHIPPED_GOLDEN, out / "golden.yaml")
     env = environment_fingerprint()
     (out / "environment.json").write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")

@@ -16,6 +16,7 @@ import yaml
 
 from conformance.contract.spec import KV_CACHE_DTYPES
 from conformance.plugin.options import LEVELS
+from conformance.verdict import secrets
 from conformance.verdict.clauses import CLAUSES
 
 GOLDEN_SCHEMA = "kvconform.golden/3"
@@ -107,8 +108,10 @@ def load_golden(path: Path = SHIPPED_GOLDEN) -> Golden:
 
 def load_product(path: Path, golden: Golden) -> dict[str, Any]:
     """PRODUCT.yaml, validated against ``golden``, with ``connector`` normalised to a mapping of
-    CONNECTOR_KEYS and ``model`` defaulted."""
+    CONNECTOR_KEYS and ``model`` defaulted. Its secrets are registered (``secrets.register_config``):
+    what the runs echo of them is masked in the bundle."""
     data = _read_yaml(path)
+    secrets.register_config(data)
     _need(isinstance(data, dict), path, "(top level)", f"a mapping with keys {list(PRODUCT_REQUIRED)}")
     data = {k: v for k, v in data.items() if v is not None}  # a key left empty is a key not given
     for key in PRODUCT_REQUIRED:

@@ -27,7 +27,7 @@ from conformance.matrix.hosts import WarmHosts
 from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements
 from conformance.util import procs
 from conformance.util.identity import suite_digest
-from conformance.verdict import results
+from conformance.verdict import results, secrets
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry
 from conformance.verdict.status import Status
@@ -87,9 +87,11 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
     started = time.monotonic()  # after provisioning: the stack records its own install_s
     args = (*cell.args, *([f"--kv-engine-baselines={baselines_dir(results_dir)}"] if cell.level == "engine" else []))
     cmd = suite_command(args, cell.tier.profile, out, junit, python=python)
+    secrets.register_args(cmd)  # what the child echoes of its config is masked here too
     if failed is None:
         run_env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {}),
                    **(env or {})}
+        secrets.register_environment(run_env)
         handed = hosts.take(cell, python, run_env, out.with_suffix(".host.log")) if hosts else []
         output, problem = _run_pytest(cmd, out, log, cell.tier.timeout_s, run_env, handed)
         for written in (log, junit, *(h.log_path for h in handed)):  # what a connector or store printed

@@ -31,6 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if any(arg.split("=", 1)[0] == "--kv-tiers" for arg in config.invocation_params.args):
         config.issue_config_time_warning(pytest.PytestDeprecationWarning(
             "--kv-tiers is deprecated: it is --kv-levels (store, connector, engine); a tier is matrix.yaml's"), 2)
+    _register_secrets(config)
     state = State(config)
     config.stash[options.STATE] = state
     from conformance.plugin.verdicts import Recorder
@@ -38,6 +39,17 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Recorder(config), "kvconform-recorder")
     if state.active:
         _activate(state)
+
+
+def _register_secrets(config: pytest.Config) -> None:
+    """Learn the secrets this session was configured with, before anything is written: every process
+    of a run (an xdist worker, a forked child) parses the same options and environment."""
+    from conformance.verdict import secrets
+
+    opt = config.getoption
+    secrets.register_options(opt(options.EXTRA_CONFIG), opt(options.ENGINE_ENV), opt(options.TRANSFER_CONFIG),
+                             opt(options.LMCACHE_SERVER_ARG))
+    secrets.register_environment(os.environ)
 
 
 def _activate(state: State) -> None:

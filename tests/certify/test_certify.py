@@ -31,6 +31,7 @@ def vendor_tree(tmp_path_factory) -> Path:
     (tree / "acme_store").mkdir()
     (tree / "acme_store" / "__init__.py").write_text("")
     (tree / "acme_store" / "store.py").write_text("from conformance.stores.file import make_store  # noqa: F401\n")
+    (tree / "acme_key.py").write_text("from conformance.stores.file import make_store  # noqa: F401\n")  # a name, not a secret
     for args in (["init", "-q"], ["add", "."], ["-c", "user.name=acme", "-c", "user.email=m@example.invalid",
                                                "commit", "-qm", "acme_store 0.1.0"]):
         subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True)
@@ -199,6 +200,16 @@ def test_other_golden_list_is_caught(bundle):
     golden.write_text(golden.read_text().replace("      - store:scales_roundtrip\n", ""))
     write_manifest(bundle)
     assert "golden.yaml: differs from the golden list shipped with kvconform 0.1.0" in verify(bundle)
+
+
+def test_a_store_module_named_like_a_secret_key_certifies_eligible(tmp_path, in_vendor_tree):
+    # "acme_key:make_store" says key: but holds no secret; masked, the tested store would differ
+    # from the one PRODUCT.yaml names (NOT ELIGIBLE), and the README would name neither.
+    proc, out = certify(tmp_path, store="acme_key:make_store", badges=["core"])
+    assert proc.returncode == 0 and "kvconform certify: ELIGIBLE" in proc.stdout, proc.stdout + proc.stderr
+    assert json.loads((out / "results-core.json").read_text())["store"]["spec"] == "acme_key:make_store"
+    assert "Certified: the store acme_key:make_store." in (out / "README.md").read_text()
+    assert verify(out) == []
 
 
 def test_known_bad_store_is_not_eligible(tmp_path):

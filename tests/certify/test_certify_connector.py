@@ -12,10 +12,12 @@ import sys
 import pytest
 import yaml
 
-from conformance.certify.bundle import badge_problems, overrides
-from conformance.certify.golden import load_golden
+from conformance.certify.bundle import badge_problems, overrides, render_readme, run_problems, ship_product
+from conformance.certify.golden import load_golden, load_product
 from conformance.certify.verify import verify
+from conformance.verdict import secrets
 from conformance.verdict.clauses import CLAUSES
+from conformance.verdict.results import redact
 
 from tests.conftest import REPO
 
@@ -91,3 +93,28 @@ def test_a_clause_outside_the_declaration_is_not_required_and_one_inside_is():
     statuses["api_abort"] = "Not exercised"
     required = [p for p in badge_problems(badge, _doc(statuses, ["persistent"]), product) if "required test" in p]
     assert "badge connector-core: required test connector:api_abort is Not exercised" in required
+
+
+def test_product_secrets_are_masked_in_the_bundle_and_compared_alike(tmp_path, monkeypatch):
+    # PRODUCT.yaml's secrets (a nested password, a URL's password, a signed URL's sig) are registered
+    # where it is read: the README's commands and the shipped PRODUCT.yaml mask them, nothing else,
+    # and verify, reading the shipped copy, compares the tested extra config as certify did.
+    monkeypatch.setattr(secrets, "KNOWN", secrets.SecretValues())
+    extra = {"backend": {"auth": {"password": "S3CRET-IN-PRODUCT"}}, "note": "primary key: block 3",
+             "endpoint": "s3://acme:S3CRET-PW@h/b?sig=S3CRET-SIG"}
+    path = tmp_path / "PRODUCT.yaml"
+    path.write_text(yaml.safe_dump({**PRODUCT, "connector": {**PRODUCT["connector"], "extra_config": extra}}))
+    golden = load_golden()
+    product = load_product(path, golden)
+    assert {"S3CRET-IN-PRODUCT", "S3CRET-PW", "S3CRET-SIG"} <= secrets.KNOWN.values
+    readme = render_readme(product, golden, {}, None, [])
+    assert "S3CRET" not in readme and "primary key: block 3" in readme
+    shipped = tmp_path / "bundle" / "PRODUCT.yaml"
+    shipped.parent.mkdir()
+    ship_product(path, shipped)
+    assert "S3CRET" not in shipped.read_text() and "primary key: block 3" in shipped.read_text()
+    tested = {"spec": product["connector"]["name"], "capabilities": [], "extra_config": redact(extra), "role": "kv_both",
+              "model": product["model"]}  # as the suite's results file records it
+    for read in (product, load_product(shipped, golden)):
+        problems = run_problems(golden.badges["connector-core"], {"connector": tested}, read)
+        assert not [p for p in problems if p.startswith("tested connector")], problems

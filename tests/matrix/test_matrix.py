@@ -15,6 +15,7 @@ import pytest
 from conformance.matrix import definition as matrix
 from conformance.report import render as report
 from conformance.matrix import runner
+from conformance.verdict import secrets
 from conformance.verdict.clauses import CLAUSES
 from conformance.matrix.definition import Cell, MatrixError, Stack, Tier
 from conformance.matrix.stacks import Provisioner, StackError, last_meaningful_lines
@@ -75,22 +76,29 @@ def test_malformed_matrix_is_one_line(tmp_path, text, says):
 
 
 def test_planted_secrets_reach_no_file_a_run_writes(tmp_path, monkeypatch):
-    # A store error with credentials in a URL, a password=... pair and a query token; a variable
-    # the pytest header prints. Results, log, JUnit and every report file must mask them all.
-    from tests.stores_for_tests import PLANTED
+    # A store's errors with a URL's credentials and every secret it was configured with: secret-named
+    # KVCONFORM_* variables, a token in one's URL, a nested extra config key, an engine env value.
+    # Results (the child's), log, JUnit (the runner's), the cell's command and every report file must mask them all.
+    from tests.stores_for_tests import PLANTED, planted_configuration
 
     monkeypatch.chdir(REPO)
-    monkeypatch.setenv("KVCONFORM_REDIS_URL", "redis://svc:S3CRET-IN-ENV@h:1")
-    cell = Cell("leaky", "store", ("--kv-store=tests.stores_for_tests:secret_leaking_factory",), Tier("quick", "ci", 300))
+    monkeypatch.setattr(secrets, "KNOWN", secrets.SecretValues())  # only the runner's own registering
+    env, options = planted_configuration()
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    store = ("--kv-store=tests.stores_for_tests:secret_leaking_store", "--kv-no-shrink", "-k", "roundtrip")
+    cell = Cell("leaky", "store", (*store, *options), Tier("quick", "ci", 300))
     doc = runner.run_cell(cell, tmp_path)
-    assert {t["status"] for t in doc["tests"]} == {"Error"}, doc["tests"]
+    said = [t["message"] for t in doc["tests"] if "cannot reach" in t["message"]]  # the suite's own results file
+    assert said and all("redis://svc:***@10.0.0.1:6379/0 configured with [" in m for m in said), doc["tests"]
     report.render(tmp_path, tmp_path / "report")
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert {p.suffix for p in written} >= {".json", ".log", ".xml", ".md", ".html"}
     for path in written:
         text = path.read_text(errors="replace")
-        assert not [s for s in (*PLANTED, "S3CRET-IN-ENV") if s in text], f"{path.name} leaks a secret"
+        assert not [s for s in PLANTED if s in text], f"{path.name} leaks a secret"
     assert "redis://svc:***@" in json.dumps(doc)
+    assert '"secret_key": "***"' in doc["cell"]["command"] and "--kv-engine-env=S3_CREDS=***" in doc["cell"]["command"]
 
 
 def test_unknown_tier(tmp_path):

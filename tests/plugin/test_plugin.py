@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from conformance.verdict import secrets
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.results import SCHEMA, redact, redact_text
 
@@ -93,13 +96,84 @@ def test_xdist_gives_the_same_verdicts(run_suite):
     assert parallel.failed_clauses() == {"stride_contract"}
 
 
-def test_redaction_masks_secret_pairs_but_never_a_module_object_spec():
-    # A store or connector named module:object (a module ending in "key") is a name, not a secret pair.
-    for name in ("tested store 'acme_key:make_store'", "conformance.zoo.format_blind_key:make_store"):
-        assert redact_text(name) == name
-    for text, masked in [("api_key: abc", "api_key: ***"), ('{"api_key":"abc"}', '{"api_key":"***"}'),
-                         ("TOKEN=abc", "TOKEN=***"), ("Authorization: Bearer xyz", "Authorization: Bearer ***")]:
-        assert redact_text(text) == masked
+@pytest.fixture
+def known(monkeypatch):
+    """A registry of secrets of the test's own (the session's stays as it was)."""
+    fresh = secrets.SecretValues()
+    monkeypatch.setattr(secrets, "KNOWN", fresh)
+    return fresh
+
+
+@pytest.mark.parametrize("text", [
+    "KeyError: missing key: 12 in cache", "primary key: block 3 differs", "token=5 tokens",
+    "tested store 'acme_key: make_store'", "conformance.zoo.format_blind_key:make_store",
+    "api_key: abc", '{"api_key":"abc"}', "TOKEN=abc", "Authorization: Bearer xyz", "?token=abc&sig=def",
+])
+def test_redaction_leaves_text_that_only_names_a_key_alone(known, text):
+    # A name that looks secret says nothing of the words after it: only configured values are masked.
+    known.add("hunter2-secret")
+    assert redact_text(text) == text
+
+
+def test_a_registered_secret_is_masked_wherever_it_appears(known):
+    secrets.register_config({"api_key": "sk-live-0123"})
+    assert redact_text("store said: bad credentials sk-live-0123 (key: 12)") == "store said: bad credentials *** (key: 12)"
+    assert redact_text("python -m pytest --kv-store=m:f --opt=sk-live-0123 -q") == "python -m pytest --kv-store=m:f --opt=*** -q"
+    assert redact_text('{"auth": {"header": "Bearer sk-live-0123"}}') == '{"auth": {"header": "Bearer ***"}}'
+    assert redact({"message": "tried sk-live-0123", "n": 3}) == {"message": "tried ***", "n": 3}
+
+
+def test_the_longest_registered_secret_is_masked_whole(known):
+    secrets.register_config({"token": "abcd", "password": "abcdefgh"})
+    assert redact_text("x abcdefgh y abcd") == "x *** y ***"
+
+
+def test_nested_secret_keys_url_passwords_and_query_tokens_in_config_are_registered(known):
+    secrets.register_config({"tier": {"backends": [{"name": "s3", "credentials": {"secret_access_key": "AKIA-deep-1"}}]},
+                             "url": "redis://svc:pa%40ss-2@h:6379/0", "remote": "https://kv.example/x?region=eu&token=tok-3",
+                             "plain": "lm://127.0.0.1:65432", "block_size": 32, "password": "x", "api_token": True,
+                             "auth": {"aws": {"id": "AKID-under-5"}}, "token_budget": 4096})
+    # Short values, numbers and booleans are settings (masking "x" everywhere would eat the text around it).
+    assert known.values == {"AKIA-deep-1", "pa%40ss-2", "pa@ss-2", "tok-3", "AKID-under-5"}
+
+
+def test_secret_named_kvconform_variables_and_the_engine_environment_are_registered(known):
+    secrets.register_environment({"KVCONFORM_API_TOKEN": "tok-env-1", "KVCONFORM_STORE": "acme_key:make_store",
+                                  "KVCONFORM_REDIS_URL": "redis://svc:pw-env-2@h:1", "OTHER_PASSWORD": "not-ours"})
+    secrets.register_engine_env(["PYTHONHASHSEED=12345", "S3_BUCKET_URL=s3://bucket-4/x", "OMP_NUM_THREADS=16"])
+    assert known.values == {"tok-env-1", "pw-env-2", "s3://bucket-4/x"}
+
+
+def test_a_suite_command_line_registers_its_connector_options(known):
+    extra = json.dumps({"a": {"private_key": "pk-cmd-1"}})
+    secrets.register_args(["python", "-m", "pytest", "--kv-connector-extra-config", extra, "--kv-engine-env=S3=env-cmd-2",
+                           "--kv-transfer-config=kv_secret=tc-cmd-3", "--kv-lmcache-server-arg", '{"auth_token": "ls-cmd-4"}'])
+    assert known.values == {"pk-cmd-1", "env-cmd-2", "tc-cmd-3", "ls-cmd-4"}
+
+
+def test_a_command_lines_extra_config_and_engine_env_are_masked_by_their_shape(known):
+    # A sink may print a child's command with values this process never read: masked by key, any length.
+    raw = 'pytest --kv-connector-extra-config={"host": "h", "n": {"password": "ab"}} --kv-engine-env=S3=ab -q'
+    masked = 'pytest --kv-connector-extra-config={"host": "h", "n": {"password": "***"}} --kv-engine-env=S3=*** -q'
+    assert redact_text(raw) == masked
+    quoted = """'--kv-connector-extra-config={"token": "ab"}' '--kv-engine-env=PYTHONHASHSEED=0'"""
+    assert redact_text(quoted) == """'--kv-connector-extra-config={"token": "***"}' '--kv-engine-env=PYTHONHASHSEED=0'"""
+    compact = '--kv-connector-extra-config={"backends":["UCX"]}'
+    assert redact_text(compact) == compact  # nothing secret in it: not even re-spaced
+
+
+def test_the_plugin_masks_what_it_was_configured_with(run_suite):
+    # Each process registers its options and KVCONFORM_* variables at configure (the controller here
+    # writes the results; an xdist worker or a forked child registers the same for what it writes).
+    from tests.stores_for_tests import PLANTED, planted_configuration
+
+    env, options = planted_configuration()
+    run = run_suite("--kv-store=tests.stores_for_tests:secret_leaking_store", "--kv-profile=ci", "--kv-no-shrink",
+                    "-k", "roundtrip", "-n", "2", "-v", *options, env=env)
+    said = [t["message"] for t in run.results["tests"] if "cannot reach" in t["message"]]
+    assert said and "redis://svc:***@10.0.0.1" in said[0], run.output[-2000:]
+    assert not [s for s in PLANTED if s in run.results_path.read_text()]
+    assert "KVCONFORM_REDIS_PASSWORD=***" in run.output  # the header
 
 
 def test_redaction():
