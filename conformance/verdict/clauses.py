@@ -326,7 +326,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "metadata_roundtrip", "scales_roundtrip",
         "api_save_load_roundtrip", "api_same_engine_roundtrip", "api_no_collateral_writes", "api_partial_prefix",
         "api_concurrent_loads", "api_shared_prefix", "api_mixed_hits", "api_pd_roundtrip",
-        "engine_store_then_load", "engine_tensor_parallel", "engine_same_engine_reload", "engine_pd_roundtrip", "engine_hma_groups",
+        "engine_store_then_load", "engine_tensor_parallel", "engine_same_engine_reload", "engine_pd_roundtrip",
+        "engine_hma_groups",
         "engine_effective_dtype", "engine_block_boundaries", "engine_shared_prefix", "engine_concurrent_requests"),
     "format isolation": (
         "format_isolation", "mismatch_rejection", "api_format_isolation", "api_model_isolation", "api_pd_format_isolation",

@@ -35,8 +35,8 @@ from conformance.levels.engine.cell import (
     system_tokens,
 )
 from conformance.levels.engine.child import DRAIN_S
-from conformance.plugin.options import TENSOR_PARALLEL
 from conformance.levels.subject import PRESSURE_FACTOR, cannot_run_here, missing_dependency, refuses_platform
+from conformance.plugin.options import TENSOR_PARALLEL
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
 from conformance.verdict.guard import HarnessError

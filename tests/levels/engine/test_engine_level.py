@@ -208,6 +208,21 @@ def test_tenants_are_kept_apart_both_ways(run_suite, connector, failing):
             assert failing[test["clause"]] in test["message"], test["message"]
 
 
+@pytest.mark.parametrize("connector, verdict", [
+    ("conformance.zoo.good.lifecycle:LifecycleConnector", "Pass"),
+    ("conformance.zoo.connectors.rank_blind:RankBlindConnector", "Fail"),
+])
+def test_tensor_parallel_ranks_are_each_served_their_own_heads(run_suite, connector, verdict):
+    """Engines of two tensor-parallel ranks (--kv-tensor-parallel 2, a core each): the control writes a
+    file per rank and loads bit for bit; its twin, whose file of a layer is the same for both ranks (as
+    ExampleConnector's is), has one rank's heads overwritten by the other's, and its outputs differ."""
+    run = engine_suite(run_suite, connector, "auto", "--kv-tensor-parallel=2", "-k", "tensor_parallel")
+    (test,) = run.results["tests"]
+    assert test["status"] == verdict, run.output[-3000:]
+    if verdict == "Fail":
+        assert "engine B of 2 tensor-parallel ranks" in test["message"], test["message"]
+
+
 @pytest.mark.parametrize("capabilities, verdicts", [
     ("persistent,min-span=256", {"engine_store_then_load": "Pass", "engine_cache_salt": "Fail"}),
     ("persistent", {"engine_store_then_load": "Fail", "engine_cache_salt": "Not exercised"}),
