@@ -2,6 +2,7 @@
 limit, one stack per job, and the jobs' cells are exactly the tier's."""
 
 import json
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -60,3 +61,45 @@ def test_the_cli_prints_the_plan_the_workflow_reads():
     assert [j["cells"] for j in jobs] == [list(j.cells) for j in plan.plan(MATRIX, "standard")]
     workflow = (REPO / ".github/workflows/matrix.yml").read_text()
     assert "python -m conformance.matrix.plan" in workflow and 'nox -r -s "stack(${{ matrix.job.stack }})"' in workflow
+
+
+SHARDED = """schema: kvconform.matrix/1
+tiers:
+  quick: {profile: ci, timeout_s: 300}
+stores:
+  memory: {target: memory, tiers: [quick]}
+  file: {target: file, tiers: [quick]}
+  lossy: {target: "conformance.zoo.quantizing:make_store", tiers: [quick]}
+exclusions:
+  - when: {store: lossy}
+    reason: the codec is under repair
+"""
+
+
+def _untimed(matrix: dict) -> dict:
+    """A report's matrix without how long each cell ran."""
+    return {**matrix, "cells": [{k: v for k, v in cell.items() if k != "wall_s"} for cell in matrix["cells"]]}
+
+
+def test_a_sharded_run_merged_renders_the_report_an_unsharded_run_does(tmp_path, monkeypatch):
+    """Each shard of a fleet runs its job's cells (the first also records the excluded ones); their
+    result folders, merged into one, render the report a single machine's run renders."""
+    from conformance import cli
+    from conformance.report import render
+
+    monkeypatch.setattr(plan, "MIN_CELLS_PER_JOB", 1)  # two cells, two jobs: a fleet of two
+    path = tmp_path / "matrix.yaml"
+    path.write_text(SHARDED)
+    assert [len(s) for s in (plan.shard(matrix.load(path), "quick", f"{i}/2") for i in (1, 2))] == [1, 1]
+    run = ["run", "--matrix", str(path), "--tier", "quick", "--results"]
+    assert cli.main([*run, str(tmp_path / "single")]) == 0
+    merged = tmp_path / "merged"
+    for i in (1, 2):
+        shard = tmp_path / f"shard{i}"
+        assert cli.main([*run, str(shard), "--shard", f"{i}/2"]) == 0
+        merged.mkdir(exist_ok=True)
+        for result in shard.glob("*.json"):
+            shutil.copy(result, merged / result.name)
+    single = render.render(tmp_path / "single", tmp_path / "single-report")
+    assert _untimed(render.render(merged, tmp_path / "merged-report")) == _untimed(single)
+    assert {c["verdict"] for c in single["cells"]} >= {"Pass", "Skip"}  # the excluded cell is there, as Skip
