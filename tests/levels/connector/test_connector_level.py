@@ -110,8 +110,8 @@ EXPECTED = {
     # Its loads on a worker thread the event does not fence: they land after the forward pass read
     # the blocks (the cache is right by the end of the step, the model computed with the old bytes).
     ZOO + "unfenced_thread:UnfencedThreadConnector":
-        {"api_save_load_roundtrip", "api_same_engine_roundtrip", "api_concurrent_loads", "api_prompt_embeds",
-         "api_chunked_prefill", "api_abort", "api_preemption", "api_save_before_free"} | WRONG_BYTES | FILE_STORE_BUGS,
+        {"api_save_load_roundtrip", "api_concurrent_loads", "api_prompt_embeds", "api_model_isolation",
+         "api_chunked_prefill", "api_abort", "api_preemption"} | WRONG_RELOAD | WRONG_BYTES | FILE_STORE_BUGS,
     # Another format's prompt is found, then reported as failed blocks: a refusal, not a load. Its
     # format file is damaged with the rest (every file is), so damaged storage is refused too.
     GOOD + "format_refusing:FormatRefusingConnector": EXAMPLE_BUGS - {"api_load_errors_reported", "api_format_isolation",
