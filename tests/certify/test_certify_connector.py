@@ -57,7 +57,7 @@ def test_a_connector_is_certified_as_declared_and_its_bundle_reruns(tmp_path_fac
     assert doc["connector"]["identity"]["git_commit"] and doc["connector"]["identity"]["problems"] == []
     # Disabled: the cross-engine clauses (not persistent) and the P/D ones (not pd)
     beyond_cache = {c.id for c in CLAUSES.values() if c.level == "connector" and not c.requires <= {"cache"}}
-    assert doc["summary"]["Pass"] >= 7 and len(beyond_cache) == 13
+    assert doc["summary"]["Pass"] >= 7 and len(beyond_cache) == 14
     assert {t["clause"] for t in doc["tests"] if t["status"] == "Disabled"} == beyond_cache
     assert "declared with no capabilities" in (bundle / "README.md").read_text()
     assert verify(bundle) == []

@@ -50,7 +50,7 @@ class AsyncCommitConnector(LifecycleConnector):
             partial = written.setdefault(folder, f"{folder}.partial")
             os.makedirs(partial, exist_ok=True)
             safetensors.torch.save_file({"kv_cache": kv.detach().cpu().contiguous()},
-                                        os.path.join(partial, f"{layer_name}.safetensors"))
+                                        os.path.join(partial, self._layer_file(layer_name)))
         for folder, partial in written.items():  # found (the folder exists) only once whole
             if os.path.isdir(folder):
                 shutil.rmtree(partial)

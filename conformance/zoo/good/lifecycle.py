@@ -76,14 +76,17 @@ class LifecycleConnector(ExampleConnector):
 
     # --- worker side
     def _generate_filename_debug(self, layer_name, *args, **kwargs):
-        """ExampleConnector's file of a layer's KV, per tensor-parallel rank and world size."""
-        path = super()._generate_filename_debug(layer_name, *args, **kwargs)
+        """ExampleConnector's file of a layer's KV in the prompt's folder, named by ``_layer_file``."""
+        folder = os.path.dirname(super()._generate_filename_debug(layer_name, *args, **kwargs))
+        return os.path.join(folder, self._layer_file(layer_name))
+
+    def _layer_file(self, layer_name: str) -> str:
+        """A layer's file name: per tensor-parallel rank and world size (``KEY_RANK``), else ExampleConnector's."""
         if not self.KEY_RANK:
-            return path
+            return f"{layer_name}.safetensors"
         from vllm.distributed import get_tensor_model_parallel_rank, get_tensor_model_parallel_world_size
 
-        root, ext = os.path.splitext(path)
-        return f"{root}.rank{get_tensor_model_parallel_rank()}-of-{get_tensor_model_parallel_world_size()}{ext}"
+        return f"{layer_name}.rank{get_tensor_model_parallel_rank()}-of-{get_tensor_model_parallel_world_size()}.safetensors"
 
     def build_connector_meta(self, scheduler_output):
         meta = ExampleConnectorMetadata()
