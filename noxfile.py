@@ -10,6 +10,7 @@ warms a venv that runs, and `nox -R` reuses it as is; venvs are reused between r
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -147,6 +148,18 @@ def engine(session: nox.Session) -> None:
     # a module's expensive shared fixture on one worker).
     session.run("pytest", "-n", "2", "--dist", "loadgroup", "-m", "engine", "--durations=20", *session.posargs,
                 env={"KVCONFORM_ENGINE_PYTHON": session.bin + "/python"})
+
+
+@nox.session(default=False)
+def dist(session: nox.Session) -> None:
+    """The release's build and check (release.yml runs it, and so does .ci/run): the sdist and the wheel
+    into dist/, `twine check --strict`, then the wheel in a clean venv outside the checkout
+    (scripts/check_dist.py). `-- --tag vX.Y.Z`: the tag must name the version being built."""
+    session.install("build", "twine")
+    shutil.rmtree(HERE / "dist", ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", "dist")
+    session.run("twine", "check", "--strict", *sorted(str(p) for p in (HERE / "dist").iterdir()))
+    session.run("python", "scripts/check_dist.py", "dist", *session.posargs)
 
 
 @nox.session(default=False)

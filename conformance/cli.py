@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from conformance.matrix import definition as matrix
     from conformance.matrix import plan, runner
+    from conformance.matrix.stacks import PLATFORM
     from conformance.report import render as report
 
     try:
@@ -164,8 +165,11 @@ def _run(args: argparse.Namespace) -> int:
     first_shard = args.shard is not None and int(args.shard.partition("/")[0]) == 1  # validated by plan.shard
     for cell, reason in excluded if not args.cell or first_shard else ():
         runner.write_excluded(cell, reason, results_dir)
+    # pip's constraints come with the matrix: constraints/cpu.txt beside matrix.yaml, when it has one.
+    constraints = Path(args.matrix).parent / "constraints" / f"{PLATFORM}.txt"
     stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision,
-                                        platform=loaded.tiers[args.tier].platform)
+                                        platform=loaded.tiers[args.tier].platform,
+                                        constraints=constraints if constraints.is_file() else None)
     runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks, jobs=args.jobs)
     # The report is the tier as matrix.yaml has it now: results of cells it no longer has are left out.
     current = {c.file_stem for c in [*tier_cells, *(c for c, _ in excluded)]}

