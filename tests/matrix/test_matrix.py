@@ -500,6 +500,12 @@ def test_a_gpu_tier_on_a_machine_without_one_is_not_runnable_and_never_attempted
     assert {t["status"] for t in doc["tests"]} == {"Not runnable"}
     assert doc["tests"][0]["message"] == "tier 'gpu' runs on cuda: no NVIDIA GPU here"
     assert not runner.is_done(runner.result_path(tmp_path, cell))  # a GPU machine runs it next time
+    notice = runner.platform_notice(loaded.cells("gpu"))
+    assert notice is not None and notice.splitlines()[:2] == [
+        "kvconform: 1 cells run on cuda, and this machine cannot: no NVIDIA GPU here. What they would run:",
+        "  1 cells on s (vllm==0.32.0)"], notice
+    monkeypatch.setattr(runner, "machine_platforms", lambda: {"cpu": None, "cuda": None})
+    assert runner.platform_notice(loaded.cells("gpu")) is None
 
 
 def test_a_cuda_stack_is_never_provisioned_as_a_venv(tmp_path):
@@ -601,3 +607,15 @@ def test_a_result_made_by_other_code_is_run_again(tmp_path):
     assert not runner.is_done(path)
     runner.results.write(path, {k: v for k, v in doc.items() if k != "suite_digest"})
     assert not runner.is_done(path)
+
+
+@pytest.mark.skipif(os.environ.get("KVCONFORM_OFFLINE") == "1", reason="needs pip's index lookup")
+def test_a_stack_that_does_not_resolve_is_named_with_pips_reason(tmp_path, capsys):
+    from conformance import cli
+
+    path = write(tmp_path, GPU.replace("cuda: [vllm==0.32.0]", "cuda: [kvconform-no-such-package==0.0.0]"))
+    assert cli.main(["stacks", "--matrix", str(path), "--resolve", "gpu"]) == 1
+    out = capsys.readouterr().out
+    assert "s\tcuda\tkvconform-no-such-package==0.0.0 does not resolve: " in out, out
+    assert "kvconform: 0 of 1 stacks of tier 'gpu' resolve for cuda" in out, out
+    assert cli.main(["stacks", "--matrix", str(path), "--resolve", "nightly"]) == 2
