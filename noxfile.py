@@ -22,6 +22,7 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests", "engine"]
 
 CONSTRAINTS = ("-c", "constraints/cpu.txt")
+LINTED = ("conformance", "tests", "benchmarks", "scripts", "noxfile.py")  # the package first: mypy checks it by itself
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 # The noxfile reads the same matrix.yaml and installs stacks the same way the runner does.
@@ -125,10 +126,12 @@ def report(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy on the package (it ships py.typed: its types are its users' too)."""
+    """ruff and mypy on the whole tree: the package (it ships py.typed: its types are its users' too),
+    its tests, the benchmarks, the scripts and this file."""
     session.install("ruff", "mypy", "types-PyYAML")
-    session.run("ruff", "check", "conformance")
+    session.run("ruff", "check", *LINTED)
     session.run("mypy")
+    session.run("mypy", "--explicit-package-bases", *LINTED[1:])
 
 
 @nox.session

@@ -72,8 +72,8 @@ def main() -> None:
                           "LMCacheMPConnector,auto,persistent", "LMCacheMPConnector,fp8_e5m2,persistent",
                           "conformance.zoo.good.in_engine:InEngineConnector,auto", "DecodeBenchConnector,auto",
                           "NixlConnector,auto,pd", "NixlConnector,auto,pd+hma,gemma3-hybrid-tiny"]
-    rows = [run_cell(*(c.split(",") + ["", ""])[:4], args.engine_python, args.engine_start, args.engine_lanes)
-            for c in cells]
+    fields = [(c.split(",") + ["", ""])[:4] for c in cells]  # connector, dtype, capabilities, model
+    rows = [run_cell(f[0], f[1], f[2], f[3], args.engine_python, args.engine_start, args.engine_lanes) for f in fields]
     path = HERE / "results" / "engine_tier.json"
     kept = json.loads(path.read_text()) if path.is_file() else []
     ran = {_key(r) for r in rows}

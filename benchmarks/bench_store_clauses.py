@@ -2,8 +2,8 @@
 
 Runs the real suite (``pytest --pyargs conformance``) under a profile, reads the examples each
 clause ran and its call duration from the results file, and writes
-``benchmarks/results/store_clauses_<store>.json`` (``_<profile>`` added for a profile other than deep). Durations include Hypothesis generation:
-that is the cost a connector developer pays per example.
+``benchmarks/results/store_clauses_<store>.json`` (``_<profile>`` added for a profile other than
+deep). Durations include Hypothesis generation: that is the cost a connector developer pays per example.
 
     python benchmarks/bench_store_clauses.py [--store memory] [--profile deep] [--repeat 3]
 """
@@ -17,11 +17,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
 
-def run_once(store: str, profile: str) -> dict[str, tuple[int, float]]:
+def run_once(store: str, profile: str) -> tuple[dict[str, tuple[int, float]], dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance", "-q", "-p", "no:cacheprovider",

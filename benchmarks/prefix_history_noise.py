@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     model = _model(args.engine_python, args.model)
     system = prompt_batches(32, positions=_positions(model))["system"]
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         host = EngineHost(args.engine_python, Path(tmp) / "host.log")
         try:

@@ -25,7 +25,7 @@ import statistics
 from collections import defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from conformance.matrix.definition import Cell
 from conformance.matrix.definition import load as load_matrix
@@ -106,7 +106,7 @@ def _engine_kind(vllm: str | None) -> str:
     return next(kind for first, last, kind in ENGINE_KINDS if first <= key <= last)
 
 
-def _stand_in_key(coordinates: dict[str, str]) -> tuple:
+def _stand_in_key(coordinates: Mapping[str, str]) -> tuple:
     return (_engine_kind(coordinates.get("vllm")),
             tuple(sorted((k, v) for k, v in coordinates.items() if k not in ("vllm", "lmcache"))))
 

@@ -33,7 +33,8 @@ FULL_RUN = HERE / "benchmarks" / "results" / "full_tier_run.json"
 
 def measured(tier: str) -> tuple[dict[str, float], dict[str, float]]:
     """(cell name -> wall s, stack name -> cold install s) recorded for ``tier``."""
-    walls, installs = {}, {}
+    walls: dict[str, float] = {}
+    installs: dict[str, float] = {}
     report = REPORTS.get(tier)
     if report and report.exists():
         for cell in json.loads(report.read_text())["cells"]:
@@ -53,7 +54,7 @@ def tier_cost(matrix: Matrix, tier: str, lanes_speedup: float, install_default_s
     walls, installs = measured(tier)
     known = {n: walls[n] for n in cells if n in walls}
     missing = sorted(set(cells) - set(known))
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     for job in plan(matrix, tier):
         cell_s = sum(known.get(n, 0.0) for n in job.cells)
         install = install_default_s if job.stack == OWN_PYTHON else installs.get(job.stack)

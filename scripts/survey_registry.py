@@ -28,7 +28,7 @@ BEGIN, END = "<!-- registry:begin -->", "<!-- registry:end -->"
 
 def declared(name: str, entries: dict) -> tuple[list[str], dict]:
     """The capabilities and extra config of ``name``'s first matrix entry (none: its name alone)."""
-    spec = next((spec for spec in entries.values() if spec["connector"] == name), {})
+    spec: dict = next((spec for spec in entries.values() if spec["connector"] == name), {})
     return list(spec.get("capabilities") or []), dict(spec.get("extra_config") or {})
 
 

@@ -58,6 +58,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     matrix = load(REPO / "matrix.yaml")
+    assert matrix.default_stack is not None
     stack = matrix.stacks[matrix.default_stack].install[PLATFORM]
     constraints = ["-c", str(REPO / "constraints" / "cpu.txt")]
     _run([*pip, *constraints, TORCH], root)

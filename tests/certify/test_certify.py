@@ -16,6 +16,7 @@ import yaml
 from conformance.certify.bundle import overrides, write_manifest
 from conformance.certify.golden import GoldenError, known_test_ids, load_golden, load_product
 from conformance.certify.verify import verify
+
 from tests.conftest import REPO
 
 PRODUCT = {"vendor": "Acme", "name": "acme file store", "version": "0.1.0",

@@ -91,7 +91,7 @@ def test_cross_layer_views_share_one_buffer_and_are_non_contiguous():
     spec = KVSpec(num_layers=3, cross_layer=True, num_kv_heads=2, head_size=64)
     layers = allocate_layers(spec)
     assert len(layers) == 3
-    assert len({l.untyped_storage().data_ptr() for l in layers}) == 1
-    assert all(not l.is_contiguous() and tuple(l.shape) == spec.layer_shape for l in layers)
+    assert len({layer.untyped_storage().data_ptr() for layer in layers}) == 1
+    assert all(not layer.is_contiguous() and tuple(layer.shape) == spec.layer_shape for layer in layers)
     layers[1].fill_(1)
     assert layers[0].abs().sum() == 0 and layers[2].abs().sum() == 0  # no overlap between layers

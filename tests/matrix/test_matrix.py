@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from conformance.matrix import definition as matrix
-from conformance.report import render as report
 from conformance.matrix import runner
-from conformance.verdict import secrets
-from conformance.verdict.clauses import CLAUSES
 from conformance.matrix.definition import Cell, MatrixError, Stack, Tier
 from conformance.matrix.stacks import Provisioner, StackError, last_meaningful_lines
+from conformance.report import render as report
+from conformance.verdict import secrets
+from conformance.verdict.clauses import CLAUSES
 
 from tests.conftest import REPO
 
@@ -296,8 +296,9 @@ def test_failed_stack_install_is_an_error_document_per_clause(tmp_path, monkeypa
 
 
 def test_a_stack_pinned_to_what_is_installed_runs_in_this_python(tmp_path):
-    import pytest as installed_pytest  # noqa: F401  (always installed where this runs)
     from importlib import metadata
+
+    import pytest as installed_pytest  # noqa: F401  (always installed where this runs)
 
     here = Stack("here", "0", None, {"cpu": (f"pytest=={metadata.version('pytest')}",)})
     found = Provisioner(tmp_path, REPO, provision=False).env(here)

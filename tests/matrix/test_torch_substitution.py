@@ -15,6 +15,7 @@ import os
 import subprocess
 import zipfile
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -24,7 +25,7 @@ from conformance.matrix.stacks import BASE_PREFIX, Provisioner, inventory, stale
 from tests.conftest import REPO
 
 
-def wheel(out: Path, name: str, version: str, files: dict[str, str], requires: list[str] = ()) -> None:
+def wheel(out: Path, name: str, version: str, files: dict[str, str], requires: Sequence[str] = ()) -> None:
     dist = f"{name.replace('-', '_')}-{version}"
     meta = "\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
                       *(f"Requires-Dist: {r}" for r in requires)]) + "\n"

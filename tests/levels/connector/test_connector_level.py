@@ -172,7 +172,7 @@ MAY_FAIL = {
 def api_suite(run_suite, connector: str, *extra: str, persistent: bool | None = None):
     persistent = connector not in IN_ENGINE if persistent is None else persistent
     caps = (["persistent"] if persistent else []) + DECLARES.get(connector, [])
-    declared = (f"--kv-connector-capabilities={','.join(caps)}",) if caps else ()
+    declared: tuple[str, ...] = (f"--kv-connector-capabilities={','.join(caps)}",) if caps else ()
     if connector in BOUNDED:
         declared += (f'--kv-connector-extra-config={{"capacity_bytes": {BOUNDED_CAPACITY}}}',)
     return run_suite(f"--kv-connector={connector}", "--kv-levels=connector", "--kv-profile=ci", *declared, *extra,

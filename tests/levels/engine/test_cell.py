@@ -11,8 +11,8 @@ from conformance.levels.engine.cell import (
     EngineCell,
     Reference,
     Tolerance,
-    comparison_tolerance,
     compare_runs,
+    comparison_tolerance,
     within_tolerance,
 )
 from conformance.levels.engine.launch import EngineRun
@@ -114,7 +114,7 @@ def test_a_prefix_cache_reference_that_missed_vllms_cache_is_no_reference():
     something else, and equal bits would prove nothing."""
     for hits in (0, 64):
         refs = [Reference("vLLM's prefix cache", lambda hits=hits: cache_hit(MOVED, hits), from_cache=True)]
-        (problem,) = compare_runs(run(MOVED), run(BASE), "b", references=lambda n, length: refs)
+        (problem,) = compare_runs(run(MOVED), run(BASE), "b", references=lambda n, length, refs=refs: refs)
         assert "could not be run here" in problem
 
 

@@ -20,6 +20,7 @@ from conformance.levels.subject import ConnectorChoice, parse_engine_env
 from conformance.matrix import definition
 from conformance.report.answers import answers
 from conformance.verdict.results import recorded_env, redact_text
+
 from tests.levels.engine.test_host import _run, fake_vllm  # noqa: F401 (a fixture)
 
 PROBE = ("from conformance.levels.engine import separate; import os; separate.settle(); "
