@@ -249,6 +249,13 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "such engine stored produces greedy tokens and top-k logprobs bit-identical to vLLM's own output "
            "with N ranks and no connector: every rank is served its own share of the KV heads",
            requires=_ACROSS, needs_load=True),
+    Clause("engine_block_size", _ENGINE,
+           "a fresh engine at twice the cell's block size that asks for what an engine at the cell's block size "
+           "stored over the same storage produces greedy tokens and top-k logprobs bit-identical to vLLM's own "
+           "output at that block size with no connector: a token's KV does not depend on the block it sits in, so "
+           "across block sizes a connector serves each token its own KV, or nothing; and at the same block size "
+           "it loads (else Not exercised)",
+           requires=_ACROSS, needs_load=True),
     Clause("engine_same_engine_reload", _ENGINE,
            "one engine that stored its prompts, had its own prefix cache reset (reset_prefix_cache) and "
            "served them again produces the no-connector baseline's greedy tokens and logprob bits, having "
@@ -326,8 +333,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "metadata_roundtrip", "scales_roundtrip",
         "api_save_load_roundtrip", "api_same_engine_roundtrip", "api_no_collateral_writes", "api_partial_prefix",
         "api_concurrent_loads", "api_shared_prefix", "api_mixed_hits", "api_pd_roundtrip",
-        "engine_store_then_load", "engine_tensor_parallel", "engine_same_engine_reload", "engine_pd_roundtrip",
-        "engine_hma_groups",
+        "engine_store_then_load", "engine_tensor_parallel", "engine_block_size", "engine_same_engine_reload",
+        "engine_pd_roundtrip", "engine_hma_groups",
         "engine_effective_dtype", "engine_block_boundaries", "engine_shared_prefix", "engine_concurrent_requests"),
     "format isolation": (
         "format_isolation", "mismatch_rejection", "api_format_isolation", "api_model_isolation", "api_pd_format_isolation",

@@ -180,7 +180,12 @@ PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the p
 # output, each engine with N ranks in worker processes, every rank its share of the KV heads.
 TP_ROLES = ("tp_store", "tp_load")
 TP_BASELINE = "tp_baseline"
-COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store", "tp_store")  # the first engine over its (empty) storage
+# Another block size (twice the cell's): an engine stores at the cell's, a fresh one asks at the other, and
+# vLLM's own output at the other is the reference.
+BLOCK_ROLES = ("bs_store", "bs_load")
+BLOCK_BASELINE = "bs_baseline"
+# The first engine over its (empty) storage:
+COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store", "tp_store", "bs_store")
 # Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
 # connector the suite starts LMCache's server for, a server of its own (``EngineCell.server``). The
 # roles that must start cold or run on the second lane have one each, so none warms, empties or
@@ -188,7 +193,8 @@ COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store", "tp_store")  # 
 ACROSS = ""
 WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", EMBEDS: "embeds", **dict.fromkeys(PD_ROLES, "pd"),
           **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix"),
-          **dict.fromkeys(PRESSURE_ROLES, "pressure"), **dict.fromkeys(TP_ROLES, "tp")}
+          **dict.fromkeys(PRESSURE_ROLES, "pressure"), **dict.fromkeys(TP_ROLES, "tp"),
+          **dict.fromkeys(BLOCK_ROLES, "block-size")}
 
 
 def world_of(role: str) -> str:
@@ -198,7 +204,8 @@ def world_of(role: str) -> str:
 # The engines that read what another engine stored (or was handed: the P/D consumer), which in
 # production is a separately started process: they run in an interpreter of their own, started with
 # another hash seed than the cell's other engines (``separate``: another host, or fresh processes).
-SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "prefix_load", "pressure_load", "consumer", "tp_load")
+SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "prefix_load", "pressure_load", "consumer", "tp_load",
+                 "bs_load")
 
 
 def side_of(role: str) -> str:
@@ -207,7 +214,7 @@ def side_of(role: str) -> str:
     return separate.SECOND if role in SECOND_ENGINE else separate.FIRST
 
 
-NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE)  # vLLM alone: shared between cells (BaselineStore)
+NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE, BLOCK_BASELINE)  # vLLM alone: shared between cells (BaselineStore)
 # Roles whose engine settings the baseline does not share (LoRA or prompt embeddings on; a cache of a few blocks): when
 # one fails, the same engine without the connector says whether vLLM runs those settings here at all.
 OWN_SETTINGS = (LORA, EMBEDS, "reuse_store")
@@ -218,7 +225,7 @@ REPLAY = "_replayed"  # a load role's engine after its storing role's batches, n
 STORED_MARK = "#stored"  # the storing role's batches, renamed in a replay
 # The role whose batches stored what a load role asks for (the same-engine role: its own first phase).
 STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "pressure_store",
-             "tp_load": "tp_store", SAME_ENGINE: SAME_ENGINE}
+             "tp_load": "tp_store", "bs_load": "bs_store", SAME_ENGINE: SAME_ENGINE}
 # Roles no other role reads or damages the storage of (nor needs, but the one after it): with two
 # lanes they run on the second, beside the rest, once the baseline has shown vLLM runs the cell.
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
@@ -226,7 +233,7 @@ STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "p
 SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
                "engine_prompt_embeds": (EMBEDS,),
                "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES,
-               "engine_cache_pressure": PRESSURE_ROLES}
+               "engine_cache_pressure": PRESSURE_ROLES, "engine_block_size": (BLOCK_BASELINE, *BLOCK_ROLES)}
 # Every engine computes on one thread, as vLLM means its CPU engines to serve ("no steady-state CPU op
 # benefits from intra-op parallelism"; 0.32's worker blocks its own reduction to one): one thread count
 # for every engine a baseline is compared with, and two lanes' engines on two cores do not spin against
@@ -457,6 +464,9 @@ class EngineCell:
             TP_BASELINE: lambda: {**self._spec(dtype, None, load), **ranks},
             "tp_store": lambda: {**self._spec(dtype, using("tp_store"), STORED), "drain": True, **ranks},
             "tp_load": lambda: {**self._spec(dtype, "tp_load", load), **ranks},
+            BLOCK_BASELINE: lambda: {**self._spec(dtype, None, load), "block_size": self.other_block_size},
+            "bs_store": lambda: {**self._spec(dtype, using("bs_store"), STORED), "drain": True},
+            "bs_load": lambda: {**self._spec(dtype, "bs_load", load), "block_size": self.other_block_size},
         }
 
     def tolerance(self, baseline: EngineRun, batch: str) -> Tolerance | None:
@@ -469,6 +479,12 @@ class EngineCell:
     def connector_tolerance(self) -> Tolerance | None:
         tol = self.connector.lossy_tolerance
         return Tolerance(tol, f"the tolerance {self.connector.label} declares (lossy={tol:g})") if tol else None
+
+    @property
+    def other_block_size(self) -> int:
+        """The block size engine_block_size restarts at: twice the cell's (vLLM-CPU's attention takes
+        multiples of 32; a backend that takes one size only, as its MLA does, runs both at that size)."""
+        return 2 * self.block_size
 
     @property
     def twin_dtype(self) -> str:
@@ -514,7 +530,7 @@ class EngineCell:
         intact = ["store", "load", "twin_load"]
         needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact,
                  "reuse_load": ["reuse_store"], "prefix_load": ["prefix_store"], "pressure_load": ["pressure_store"],
-                 "tp_load": ["tp_store"]}
+                 "tp_load": ["tp_store"], "bs_load": ["bs_store"]}
         for dep in needs.get(role, []):
             try:
                 self.run(dep)

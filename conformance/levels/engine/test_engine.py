@@ -16,6 +16,7 @@ import pytest
 
 from conformance.contract.spec import KVSpec
 from conformance.levels.engine.cell import (
+    BLOCK_BASELINE,
     COLD_ROLES,
     EMBEDS,
     LORA,
@@ -187,6 +188,28 @@ def test_engine_tensor_parallel(cell):
     _identical(cell, load, base, ["extends", "boundaries", "concurrent"], cid,
                f"engine B of {ranks} tensor-parallel ranks ({external_hits(load):g} external hit tokens), loading what "
                f"engine A of {ranks} ranks stored,")
+
+
+@clause("engine_block_size")
+def test_engine_block_size(cell):
+    # A token's KV does not depend on the block it sits in: an engine restarted with another block size
+    # over the same storage is served each token's own KV, or nothing; never rows of the old geometry.
+    # A miss passes only where the same block size loads (engine_store_then_load's engine B: shared).
+    cid = "engine_block_size"
+    try:
+        base = cell.baseline(BLOCK_BASELINE)
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    store = _connector_run(cell, "bs_store", cid)
+    load = _connector_run(cell, "bs_load", cid)
+    stored, asked = (run.result.get("resolved", {}).get("block_size") for run in (store, load))
+    if stored == asked:
+        pytest.skip(f"{NOT_EXERCISED_PREFIX}vLLM ran both engines at block size {stored}, asked for {cell.block_size} "
+                    f"and {cell.other_block_size}: this model's attention backend here takes no other")
+    _identical(cell, load, base, ["extends", "boundaries", "concurrent"], cid,
+               f"engine B at block size {asked} ({external_hits(load):g} external hit tokens), asking for what "
+               f"engine A stored at block size {stored},")
+    count_load(external_hits(_connector_run(cell, "load", cid)))
 
 
 @clause("engine_same_engine_reload")

@@ -7,6 +7,10 @@ clauses, and the base each lifecycle known-bad (``conformance/zoo/connectors/``)
   (ExampleConnector keys on token ids only), and a request without token ids is handled;
 - each tensor-parallel rank writes a file of its own (ExampleConnector's ranks share one file per
   layer, and overwrite each other's heads);
+- the key includes the block size: what it stores is the layer tensor's rows at the request's
+  slots, and those are laid out for the engine's block size (on vLLM-CPU a row of a block is not
+  one token's KV: each head's block holds its keys, then its values), so an engine restarted with
+  another block size misses instead of being served rows of the old geometry;
 - a prompt prefilled in chunks is saved once all of it is computed, from all its blocks
   (ExampleConnector saves at the first chunk, then claims the whole prompt);
 - saves are reported asynchronously: ``request_finished`` keeps the blocks and the worker reports
@@ -29,6 +33,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import (
 class LifecycleConnector(ExampleConnector):
     KEY_MODEL = True  # the served model (its path or name) is part of the key
     KEY_RANK = True  # each tensor-parallel rank's file of a layer is its own (its share of the heads)
+    KEY_BLOCK_SIZE = True  # so is the block size its rows are laid out for
     KEY_SALT = True  # so is the cache_salt
     KEY_LORA = True  # so is the LoRA adapter's name
     KEY_LORA_PATH = True  # and its path: a version loaded from another directory under the same name
@@ -61,8 +66,8 @@ class LifecycleConnector(ExampleConnector):
                     else request.all_token_ids[:request.num_prompt_tokens])
 
     def _tags(self, request) -> list[str]:
-        """What besides the token ids names the KV: the model, multimodal inputs, the tenant's salt, the adapter,
-        the prompt's embeddings."""
+        """What besides the token ids names the KV: the model, the block size, multimodal inputs, the tenant's
+        salt, the adapter, the prompt's embeddings."""
         salt = [f"cache_salt:{request.cache_salt}"] if self.KEY_SALT and request.cache_salt else []
         adapter = request.lora_request
         lora = [f"lora:{adapter.lora_name}" + (f":{adapter.lora_path}" if self.KEY_LORA_PATH else "")] \
@@ -72,7 +77,8 @@ class LifecycleConnector(ExampleConnector):
             "embeds:" + hashlib.sha256(embeds.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:32]]
         images = [f.identifier for f in request.mm_features] if self.KEY_IMAGES else []
         model = [f"model:{self._vllm_config.model_config.model}"] if self.KEY_MODEL else []
-        return model + images + salt + lora + digest
+        geometry = [f"block_size:{self._block_size}"] if self.KEY_BLOCK_SIZE else []
+        return model + geometry + images + salt + lora + digest
 
     # --- worker side
     def _generate_filename_debug(self, layer_name, *args, **kwargs):

@@ -84,6 +84,10 @@ def test_example_connector(run_suite, dtype):
     assert salt["status"] == "Fail" and "one tenant is served another's KV" in salt["message"], salt
     (lora,) = [t for t in run.results["tests"] if t["clause"] == "engine_lora_isolation"]
     assert lora["status"] == "Fail" and "were served the base model's KV" in lora["message"], lora
+    # Its key has no block size, and vLLM-CPU's layer rows are laid out for one: an engine at twice the
+    # block size is served rows of the old geometry as KV.
+    (geometry,) = [t for t in run.results["tests"] if t["clause"] == "engine_block_size"]
+    assert geometry["status"] == "Fail" and "engine B at block size 64" in geometry["message"], geometry
     timings = run.results["connector"]["engine_timings"]
     assert {"baseline", "store", "load"} <= set(timings)
 
@@ -101,8 +105,9 @@ def test_lmcache_mp_connector_with_its_real_server(run_suite, dtype):
     survives = PASSING | {"engine_lost_storage", "engine_load_failure_recompute", "engine_cache_salt",
                           "engine_shared_prefix"}
     assert {c for c in survives if statuses.get(c) != "Pass"} == set(), run.output[-4000:]
-    # Its key takes the cache_salt but not the LoRA adapter (LMCache's adapter takes no LoRA id).
-    assert statuses["engine_lora_isolation"] == "Fail", run.output[-4000:]
+    # Its key takes the cache_salt but not the LoRA adapter (LMCache's adapter takes no LoRA id), nor
+    # the block size its chunks' rows are laid out for.
+    assert statuses["engine_lora_isolation"] == statuses["engine_block_size"] == "Fail", run.output[-4000:]
     if dtype == "fp8_e5m2":
         # LMCache 0.5.6 keys chunks by the torch dtype, uint8 for every fp8 format: an fp8_e4m3
         # engine is served fp8_e5m2 bytes. Observed; the suite must flag it.
@@ -221,6 +226,21 @@ def test_tensor_parallel_ranks_are_each_served_their_own_heads(run_suite, connec
     assert test["status"] == verdict, run.output[-3000:]
     if verdict == "Fail":
         assert "engine B of 2 tensor-parallel ranks" in test["message"], test["message"]
+
+
+@pytest.mark.parametrize("connector, verdict", [
+    ("conformance.zoo.good.lifecycle:LifecycleConnector", "Pass"),
+    ("conformance.zoo.connectors.block_size_blind:BlockSizeBlindConnector", "Fail"),
+])
+def test_an_engine_restarted_at_another_block_size_is_served_right_or_nothing(run_suite, connector, verdict):
+    """An engine at twice the block size over the same storage: the control keys its rows by the block
+    size they are laid out for and misses (its engine B at the same size loads, so the miss is judged);
+    its twin, keyed by tokens alone as ExampleConnector is, is served the old geometry's rows."""
+    run = engine_suite(run_suite, connector, "auto", "-k", "block_size")
+    (test,) = run.results["tests"]
+    assert test["status"] == verdict, run.output[-3000:]
+    if verdict == "Fail":
+        assert "engine B at block size 64" in test["message"] and "stored at block size 32" in test["message"], test
 
 
 @pytest.mark.parametrize("capabilities, verdicts", [
