@@ -83,7 +83,8 @@ def main() -> int:
     matrix = load(args.matrix)
     full_run = json.loads(FULL_RUN.read_text())
     speedup = float(full_run["overlap_speedup"])
-    doc = {"lanes_speedup": speedup, "lanes_speedup_source": f"{FULL_RUN.name}: the full tier, --jobs 2",
+    doc = {"install_default_s": args.install_default_s,
+           "lanes_speedup": speedup, "lanes_speedup_source": f"{FULL_RUN.name}: the full tier, --jobs 2",
            "environment": full_run["environment"],
            "tiers": [tier_cost(matrix, t, speedup, args.install_default_s) for t in ("quick", "standard", "full")]}
     text = json.dumps(doc, indent=2) + "\n"
