@@ -12,6 +12,8 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from conformance.verdict import seeds
+
 if TYPE_CHECKING:
     import pytest
 
@@ -442,18 +444,21 @@ def clause(clause_id: str) -> Callable[[F], F]:
     def decorate(test: F) -> F:
         import pytest  # here, so that matrix.yaml tooling can read the clauses without pytest
 
-        return getattr(pytest.mark, CLAUSE_MARK)(clause_id)(count_examples(test))
+        return getattr(pytest.mark, CLAUSE_MARK)(clause_id)(count_examples(test, seed_name=clause_id))
 
     return decorate
 
 
-def count_examples(test: F) -> F:
-    """Count each example a ``@given`` function runs, for the clause test running it.
+def count_examples(test: F, seed_name: str | None = None) -> F:
+    """Count each example a ``@given`` function runs, for the clause test running it, and seed it
+    by ``seed_name`` (default: its module and qualified name) under derandomized profiles
+    (``conformance.verdict.seeds``).
 
     ``clause`` applies it; apply it by hand to a ``@given`` helper that a clause test calls.
     """
     handle = getattr(test, "hypothesis", None)
     if handle is not None:
+        seeds.register(test, seed_name or f"{test.__module__}.{test.__qualname__}")
         inner = handle.inner_test
 
         @functools.wraps(inner)

@@ -13,6 +13,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 
+from conformance.verdict import seeds
+
 _COMMON: dict[str, Any] = {
     "deadline": None,  # a store's first call may open files or sockets: timing is not a clause
     "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -60,6 +62,8 @@ def load(profile: str, shrink: bool = True) -> None:
     """Load ``profile`` (registered first), or its variant that reports failing examples unshrunk."""
     register_profiles()
     settings.load_profile(profile if shrink else profile + UNSHRUNK)
+    # Each test's draws then follow from its name, not its source: a body edits freely.
+    seeds.apply(profile, derandomized=bool(PROFILES[profile].get("derandomize")))
 
 
 def describe(name: str) -> str:

@@ -23,7 +23,7 @@ class NameCapped(KeyMappingStore):
 
 def _found(store, twins) -> str | None:
     _, entry = sweep_entries()[0]
-    return explicit_failure(store, "test", entry.spec, twins_run(entry, twins), pool_keys(twins.shape, twins.names))
+    return explicit_failure(store, entry.spec, twins_run(entry, twins), pool_keys(twins.shape, twins.names))
 
 
 @pytest.mark.parametrize("make", [memory.make_store, file.make_store], ids=["memory", "file"])

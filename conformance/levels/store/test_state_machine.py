@@ -38,6 +38,7 @@ from conformance.contract.strategies import (
     scales,
     sweep_entries,
 )
+from conformance.verdict import seeds
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_content, float_bits
 from conformance.verdict.clauses import clause, count_example
 
@@ -49,9 +50,9 @@ _RUNS = itertools.count()
 
 
 class StoreMachine(RuleBasedStateMachine):
-    def __init__(self, store, nodeid: str, keys: Mapping[str, str] | None = None) -> None:
+    def __init__(self, store, keys: Mapping[str, str] | None = None) -> None:
         super().__init__()
-        count_example()  # nodeid: kept, the factory's source seeds the derandomized runs
+        count_example()
         self.store = store
         # Each run the next key shape: no draw of its own, so the runs' operations stay as drawn.
         self.keys = dict(keys) if keys is not None else pool_keys(KEY_SHAPES[next(_RUNS) % len(KEY_SHAPES)])
@@ -106,11 +107,11 @@ class StoreMachine(RuleBasedStateMachine):
         self.model.pop(k, None)
 
 
-def explicit_failure(store, nodeid: str, spec: KVSpec, steps: Callable[[StoreMachine], None],
+def explicit_failure(store, spec: KVSpec, steps: Callable[[StoreMachine], None],
                      keys: Mapping[str, str] | None = None) -> str | None:
     """An explicit run (module doc): ``steps`` through the machine's own steps, so that its checks
     apply; what it found, if anything (returned, not raised: the clause's message names the run once)."""
-    machine = StoreMachine(store, nodeid, keys)
+    machine = StoreMachine(store, keys)
     machine.spec = spec
     try:
         steps(machine)
@@ -161,15 +162,18 @@ def _twins_label(keys: Mapping[str, str]) -> str:
 
 
 @clause(_CLAUSE)
-def test_state_machine(kv_store, request):
-    run_state_machine_as_test(lambda: StoreMachine(kv_store, request.node.nodeid), settings=settings())
-    nodeid = request.node.nodeid
+def test_state_machine(kv_store):
+    def factory() -> StoreMachine:
+        return StoreMachine(kv_store)
+
+    seeds.register(factory, "state_machine")  # its draws follow from the clause, not this code
+    run_state_machine_as_test(factory, settings=settings())
     for label, entry in sweep_entries():
-        if (found := explicit_failure(kv_store, nodeid, entry.spec, overwrite_run(entry))) is not None:
+        if (found := explicit_failure(kv_store, entry.spec, overwrite_run(entry))) is not None:
             raise ClauseViolation(_CLAUSE, f"{found} [the explicit overwrite run, {label}]")
     label, entry = sweep_entries()[0]
     for twins in KEY_TWINS:
         keys = pool_keys(twins.shape, twins.names)
-        if (found := explicit_failure(kv_store, nodeid, entry.spec, twins_run(entry, twins), keys)) is not None:
+        if (found := explicit_failure(kv_store, entry.spec, twins_run(entry, twins), keys)) is not None:
             raise ClauseViolation(_CLAUSE, f"{found} [the explicit run of {twins.why} ({_twins_label(keys)}), "
                                            f"{label}]")
