@@ -14,6 +14,8 @@ from conformance.zoo.good.lifecycle import LifecycleConnector
 
 
 class PageCopyingConnector(LifecycleConnector):
+    KEY_BLOCK_SIZE = False  # keyed by the tokens alone, as its bug needs (the control keys the block size)
+
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         for request in self._get_connector_metadata().requests:
             if request.is_store:
