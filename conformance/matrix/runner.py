@@ -140,14 +140,15 @@ def _stack_python(cell: Cell, stacks: Provisioner | None) -> tuple[str, dict[str
 def platform_notice(cells: Sequence[Cell]) -> str | None:
     """For cells on a platform this machine lacks: what would run, on which stacks, and why it cannot
     here (None when every cell can run). Said once, before the cells are recorded Not runnable."""
-    lacking = [c for c in cells if machine_platforms().get(c.tier.platform) is not None]
+    missing = machine_platforms()  # asked once: it looks for an NVIDIA driver and nvidia-smi
+    lacking = [c for c in cells if missing.get(c.tier.platform) is not None]
     if not lacking:
         return None
     platform = lacking[0].tier.platform
     stacks = Counter((c.stack.name, " ".join(requirements(c.stack, platform))) if c.stack else ("no stack", "")
                      for c in lacking)
     lines = [f"kvconform: {len(lacking)} cells run on {platform}, and this machine cannot: "
-             f"{machine_platforms()[platform]}. What they would run:"]
+             f"{missing[platform]}. What they would run:"]
     lines += [f"  {n} cells on {name}" + (f" ({install})" if install else "") for (name, install), n in sorted(stacks.items())]
     lines.append(f"  Each is recorded Not runnable; nothing is attempted. On a {platform} machine, install a stack's "
                  f"{platform} list into the Python that runs kvconform (or nox -s \"stack(NAME)\" -- --tier TIER) "

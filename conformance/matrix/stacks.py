@@ -337,11 +337,10 @@ def resolve(stack: Stack, platform: str) -> dict[str, str]:
     speaks for this machine, not for the one the stack will be installed on; ``PIP_INDEX_URL`` and
     ``PIP_CERT`` are kept.
     """
-    reqs, log = requirements(stack, platform), list[str]()
+    reqs = requirements(stack, platform)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k in ("PIP_INDEX_URL", "PIP_CERT")}
     cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--dry-run", "--ignore-installed",
            "--quiet", "--report", "-", *reqs]
-    log.append("$ " + " ".join(cmd))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=STEP_TIMEOUT_S,
                               env={**env, "PIP_CONFIG_FILE": os.devnull})
