@@ -20,7 +20,7 @@ class EventsConnector(LifecycleConnector):
         super()._add(meta, rid, is_store=is_store)
         if is_store:
             request = self._admitted[rid]
-            whole = request.num_prompt_tokens // self._block_size
+            whole = self._whole_blocks(request)
             hashes = [self._event_hash(h) for h in request.block_hashes[:whole]]
             if hashes:
                 self._events.append(BlockStored(

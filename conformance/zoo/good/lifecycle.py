@@ -13,6 +13,10 @@ clauses, and the base each lifecycle known-bad (``conformance/zoo/connectors/``)
   another block size misses instead of being served rows of the old geometry;
 - a prompt prefilled in chunks is saved once all of it is computed, from all its blocks
   (ExampleConnector saves at the first chunk, then claims the whole prompt);
+- a prompt is stored and loaded under the key its lookup finds: the prompt less its last token, in
+  whole blocks (ExampleConnector looks up by that, but stores and loads by the whole prompt's
+  blocks, one block more for a prompt of ``n * block_size + 1`` tokens: it claims another prompt's
+  folder and then opens one that was never written, a FileNotFoundError in the worker);
 - saves are reported asynchronously: ``request_finished`` keeps the blocks and the worker reports
   each finished request once in ``finished_sending``, so vLLM's delayed-free path is exercised.
 
@@ -54,7 +58,11 @@ class LifecycleConnector(ExampleConnector):
         self._admitted[request.request_id] = request
         if not self._found_match_for_request(request):
             return 0, False
-        return (request.num_prompt_tokens - 2) // self._block_size * self._block_size - num_computed_tokens, False
+        return self._whole_blocks(request) * self._block_size - num_computed_tokens, False
+
+    def _whole_blocks(self, request) -> int:
+        """How many blocks of the prompt its key names, stores and loads: those before its last token."""
+        return max(0, request.num_prompt_tokens - 2) // self._block_size
 
     def _found_match_for_request(self, request) -> bool:
         return self._found_match_for_prompt(self._prompt(request), self._tags(request))
@@ -123,7 +131,9 @@ class LifecycleConnector(ExampleConnector):
 
     def _add(self, meta, rid: str, *, is_store: bool) -> None:
         request = self._admitted[rid]
-        meta.add_request(token_ids=self._prompt(request), block_ids=self._blocks[rid],
+        # ExampleConnector's metadata keeps the whole blocks of the tokens before the last it is given.
+        meta.add_request(token_ids=self._prompt(request)[:self._whole_blocks(request) * self._block_size + 1],
+                         block_ids=self._blocks[rid],
                          block_size=self._block_size, is_store=is_store, mm_hashes=self._tags(request))
 
     def request_finished(self, request, block_ids):

@@ -6,7 +6,9 @@ server of the suite's would never fill.
 
 Its server is a daemon per ``self_served.dir`` (``self_served_daemon``), found again by every connector instance (scheduler
 and worker sides, a later engine) through ``server.json`` there. The daemon ends a grace period
-after the last process using it ended (each holds a shared lock on ``clients.lock``): what it held
+after the last connector using it shut down or its process ended (each process using it holds a
+shared lock on ``clients.lock``; left held until its exit, a test process running many engines kept
+a daemon of ~350 MiB alive per storage directory it ever used, dozens at once): what it held
 stays in the disk tier, which the next daemon for the directory reads back at its start.
 
 Run: ``--kv-connector conformance.zoo.good.self_served:SelfServedConnector
@@ -28,7 +30,9 @@ from conformance.zoo.good import self_served_daemon as daemon
 
 DIR_KEY = "self_served.dir"
 READY_S = 180.0  # how long a connector waits for a daemon it started
-_HELD: list[IO[Any]] = []  # this process's shared locks on its servers' clients.lock, held until it exits
+# this process's shared locks on its servers' clients.lock, with how many live connectors use each:
+# released when the last one shuts down (or the process exits), so a daemon no one uses ends.
+_HELD: dict[Path, tuple[IO[Any], int]] = {}
 
 
 class SelfServedConnector(LMCacheMPConnector):
@@ -36,9 +40,17 @@ class SelfServedConnector(LMCacheMPConnector):
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config
         if DIR_KEY not in extra:
             raise ValueError(f"SelfServedConnector needs {DIR_KEY!r} in its extra config: the directory of its server")
-        port = serve(self._home(Path(extra[DIR_KEY])))
+        self._served = self._home(Path(extra[DIR_KEY]))
+        port = serve(self._served)
         extra.update({"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": port})
         super().__init__(vllm_config, role, kv_cache_config)
+
+    def shutdown(self) -> None:
+        """LMCache's shutdown, then this instance no longer counts as using its daemon."""
+        try:
+            super().shutdown()
+        finally:
+            release(self._served)
 
     @staticmethod
     def _home(configured: Path) -> Path:
@@ -48,12 +60,22 @@ class SelfServedConnector(LMCacheMPConnector):
 
 def serve(home: Path) -> int:
     """The port of the daemon serving ``home``, started first if none is; this process counts as
-    using it until it exits."""
+    using it until ``release`` (or its exit)."""
     home.mkdir(parents=True, exist_ok=True)
-    if all(Path(f.name) != home / "clients.lock" for f in _HELD):
+    held, users = _HELD.get(home, (None, 0))
+    if held is None:
         held = open(home / "clients.lock", "a")
         fcntl.flock(held, fcntl.LOCK_SH)
-        _HELD.append(held)
+    _HELD[home] = (held, users + 1)
+    try:
+        return _started(home)
+    except BaseException:
+        release(home)
+        raise
+
+
+def _started(home: Path) -> int:
+    """The running daemon's port, or a new daemon's once it is ready."""
     with open(home / "start.lock", "a") as start:
         fcntl.flock(start, fcntl.LOCK_EX)
         running = daemon.running(home)
@@ -69,3 +91,14 @@ def serve(home: Path) -> int:
                 return running
             time.sleep(0.2)
     raise RuntimeError(f"the self-served LMCache server for {home} was not ready within {READY_S:g}s: see {home}/daemon.log")
+
+
+def release(home: Path) -> None:
+    """One user of ``home``'s daemon in this process fewer; the last lets go of its lock."""
+    held, users = _HELD.pop(home, (None, 0))
+    if held is None:
+        return
+    if users > 1:
+        _HELD[home] = (held, users - 1)
+    else:
+        held.close()
