@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import yaml
 
 from conformance.contract.spec import KV_CACHE_DTYPES
+from conformance.levels.engine.models import DEFAULT_MODEL
 from conformance.plugin.options import LEVELS
 from conformance.verdict import secrets
 from conformance.verdict.clauses import CLAUSES
@@ -28,7 +29,6 @@ SUBJECTS = ("store", "connector")
 PRODUCT_OPTIONAL = ("description", "website_url", "repo_url", "documentation_url", "model", "distribution",
                     *SUBJECTS)
 CONNECTOR_KEYS = ("name", "extra_config", "capabilities", "role")
-DEFAULT_MODEL = "qwen3-tiny"
 
 
 class GoldenError(ValueError):

@@ -181,12 +181,20 @@ class Matrix:
         s = self.stacks[stack]
         return replace(cell, name=f"{cell.name}@{stack}", coordinates={**cell.coordinates, **s.coordinates}, stack=s)
 
-    def _expect(self, cell: Cell) -> Cell:
-        expected, intermittent = dict(cell.expected_failures), dict(cell.intermittent)
+    def expected(self, level: str, coordinates: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+        """The known failures of a run of ``level`` at ``coordinates``, clause -> reason: those it
+        must fail, and those it may (vLLM itself not reproducible there)."""
+        expected: dict[str, str] = {}
+        intermittent: dict[str, str] = {}
         for e in self.expectations:
-            if e.matches(cell.coordinates):
+            if e.matches(coordinates):
                 (intermittent if e.intermittent else expected).update(
-                    {c: e.reason for c in e.clauses if CLAUSES[c].level == cell.level})
+                    {c: e.reason for c in e.clauses if CLAUSES[c].level == level})
+        return expected, intermittent
+
+    def _expect(self, cell: Cell) -> Cell:
+        expected, intermittent = self.expected(cell.level, cell.coordinates)
+        expected, intermittent = {**cell.expected_failures, **expected}, {**cell.intermittent, **intermittent}
         headline = next((h.title for h in self.headlines if h.matches(cell.coordinates)), None)
         return replace(cell, expected_failures=expected, intermittent=intermittent, headline=headline)
 

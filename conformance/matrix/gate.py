@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
+from conformance.levels.engine.models import DEFAULT_MODEL
 from conformance.matrix.definition import Cell, Tier
 from conformance.matrix.runner import run_cell
 from conformance.report import diff
@@ -21,7 +22,7 @@ SIDES = ("base", "head")
 
 
 def gate_cell(subject: str, subject_args: Sequence[str], level: str, profile: str = "ci",
-              timeout_s: float = 1800, model: str = "qwen3-tiny", kv_cache_dtype: str = "auto") -> Cell:
+              timeout_s: float = 1800, model: str = DEFAULT_MODEL, kv_cache_dtype: str = "auto") -> Cell:
     """The one cell both sides run: the suite's options for ``subject`` (a store or connector), at one level."""
     return Cell("gate", level, (*subject_args, f"--kv-levels={level}"), Tier("gate", profile, timeout_s),
                 coordinates={"store": subject, "connector": subject, "model": model, "kv_cache_dtype": kv_cache_dtype})

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from conformance.levels.engine.models import DEFAULT_MODEL
+
 STORE = "--kv-store"
 PROFILE = "--kv-profile"
 NO_SHRINK = "--kv-no-shrink"
@@ -91,7 +93,7 @@ def add_options(parser: pytest.Parser) -> None:
                           "under {storage}, or restarts the LMCache server it started)")
     engine.addoption(ROLE, default="kv_both", choices=["kv_both", "kv_producer", "kv_consumer"])
     engine.addoption(CACHE_DTYPE, default="auto", metavar="DTYPE", help="the engines' kv_cache_dtype")
-    engine.addoption(MODEL, default="qwen3-tiny", metavar="NAME|PATH",
+    engine.addoption(MODEL, default=DEFAULT_MODEL, metavar="NAME|PATH",
                      help="a model shipped with kvconform (conformance/data/models, generated locally) "
                           "or a model directory")
     engine.addoption(BLOCK_SIZE, type=int, default=32, help="block size (a multiple of 32 on CPU)")

