@@ -13,6 +13,9 @@ from conformance import __version__
 
 
 def main(argv: list[str] | None = None) -> int:
+    from conformance.plugin.options import LEVELS
+    from conformance.verdict.profiles import PROFILES
+
     parser = argparse.ArgumentParser(prog="kvconform", description=__doc__)
     parser.add_argument("--version", action="version", version=f"kvconform {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -69,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--extra-config", default="", metavar="JSON", help="the connector's kv_connector_extra_config")
     gate.add_argument("--capabilities", default="",
                       help="what the connector declares, comma-separated: persistent, lossy=TOL, pd, cache, stats, events, hma")
-    gate.add_argument("--level", choices=["store", "connector", "engine"], default=None,
+    gate.add_argument("--level", choices=LEVELS, default=None,
                       help="default: store for a store, connector for a connector")
     gate.add_argument("--kv-cache-dtypes", default="", metavar="LIST", help="default: every string vLLM knows")
-    gate.add_argument("--profile", default="ci", choices=["dev", "ci", "deep", "certify"])
+    gate.add_argument("--profile", default="ci", choices=list(PROFILES))
     gate.add_argument("--suite-arg", action="append", default=[], metavar="ARG",
                       help="one more token of the suite's pytest command line (repeatable), e.g. --suite-arg=-kroundtrip")
     gate.add_argument("--summary", type=Path, default=None, help="append the markdown table here ($GITHUB_STEP_SUMMARY)")

@@ -55,7 +55,8 @@ def damaged(blob: bytes, how: str, *, element_size: int = 1) -> bytes:
 
     ``truncate`` drops the last element (``element_size`` bytes), ``flip`` flips the low bit of the
     last byte (the ``at_rest`` capability's two kinds); ``flip_middle`` inverts the middle byte, as
-    bit rot or a torn write leaves a file whose layout the suite does not know.
+    bit rot or a torn write leaves a file whose layout the suite does not know; ``halve`` keeps the
+    first half, cut mid-tensor, as a full disk leaves it.
     """
     data = bytearray(blob)
     if how == "truncate":
@@ -64,8 +65,10 @@ def damaged(blob: bytes, how: str, *, element_size: int = 1) -> bytes:
         data[-1] ^= 0x01
     elif how == "flip_middle":
         data[len(data) // 2] ^= 0xFF
+    elif how == "halve":
+        del data[len(data) // 2:]
     else:
-        raise ValueError(f"how={how!r}, but valid: {', '.join(DAMAGE_KINDS)}, flip_middle")
+        raise ValueError(f"how={how!r}, but valid: {', '.join(DAMAGE_KINDS)}, flip_middle, halve")
     return bytes(data)
 
 

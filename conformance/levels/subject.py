@@ -278,6 +278,25 @@ def missing_dependency(label: str, error: str) -> str | None:
             f"({error.splitlines()[0][:300]}): install its dependencies there; no clause is judged without them")
 
 
+# What damaging a connector's files did, by ``damaged``'s kind, for the verdicts' messages.
+FILE_DAMAGE = {"flip_middle": "flipped the middle byte of each of the {n} files the connector stored",
+               "truncate": "cut the last byte off each of the {n} files the connector stored",
+               "halve": "truncated the {n} files the connector stored to half their size"}
+
+
+def damage_files(root: Path, how: str) -> str | None:
+    """Damage every file a connector wrote under ``root`` (``damaged``'s ``how``) and say what was done;
+    None where it wrote none there."""
+    from conformance.contract.store import damaged
+
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    for f in files:
+        data = f.read_bytes()
+        if data:
+            f.write_bytes(damaged(data, how))
+    return FILE_DAMAGE[how].format(n=len(files)) if files else None
+
+
 def unreachable_storage(connector: ConnectorChoice) -> str:
     """Why the suite cannot damage what ``connector`` stored, and what would let it."""
     if STORAGE in json.dumps(connector.extra_config):

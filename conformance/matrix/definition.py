@@ -17,9 +17,9 @@ from conformance.contract.names import KV_CACHE_DTYPE_NAMES
 from conformance.data import data_dir
 from conformance.levels.subject import CONNECTOR_CAPABILITIES, parse_capabilities
 from conformance.verdict.clauses import CLAUSES
+from conformance.verdict.profiles import PROFILES
 
 SCHEMA = "kvconform.matrix/1"
-PROFILES = ("dev", "ci", "deep", "certify")
 PLATFORMS = ("cpu", "cuda")  # install lists a stack may give; a tier says which one its cells use
 NO_LMCACHE = "none"  # the lmcache coordinate of a stack without LMCache
 # What a connector entry runs: the connector-API level (one cell per model, drawing the dtype axis)

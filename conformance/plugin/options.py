@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from conformance.levels.engine.models import DEFAULT_MODEL
+from conformance.verdict.profiles import PROFILES as PROFILE_SETTINGS
 
 STORE = "--kv-store"
 PROFILE = "--kv-profile"
@@ -40,7 +41,7 @@ TRANSFER_CONFIG = "--kv-transfer-config"
 LMCACHE_SERVER_ARG = "--kv-lmcache-server-arg"
 LEVELS_OPTION = "--kv-levels"
 LEVELS = ("store", "connector", "engine")
-PROFILES = ("dev", "ci", "deep", "certify")
+PROFILES = tuple(PROFILE_SETTINGS)
 
 
 def add_options(parser: pytest.Parser) -> None:

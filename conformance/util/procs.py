@@ -74,10 +74,14 @@ class Process(GroupLeader, Awaitable, Protocol):
 
 def kill_group(proc: GroupLeader, sig: int = signal.SIGKILL) -> None:
     """Send ``sig`` to the process group ``proc`` leads (gone already, or never started: nothing to do)."""
-    if proc.pid is None:
-        return
+    if proc.pid is not None:
+        kill_pgid(proc.pid, sig)
+
+
+def kill_pgid(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to the process group ``pgid`` (gone already: nothing to do)."""
     try:
-        os.killpg(proc.pid, sig)
+        os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 

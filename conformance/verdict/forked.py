@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import pytest
 
+from conformance.util.procs import kill_pgid
 from conformance.verdict.guard import HarnessError, StoreTimeout
 
 _OUTCOMES = (pytest.skip.Exception,)  # pytest's own outcomes: verdicts, not crashes
@@ -98,9 +99,9 @@ def call_forked(call: Callable[..., Any], *args: Any, name: str, deadline_s: flo
     try:
         status, why = _wait(pid, deadline_s, idle_s, heartbeat)
     except BaseException:  # interrupted: the child goes too
-        _kill_group(pid)
+        kill_pgid(pid)
         raise
-    _kill_group(pid)  # whatever the call left running (a helper process) ends with it
+    kill_pgid(pid)  # whatever the call left running (a helper process) ends with it
     printed = log.read_text(errors="replace") if log.exists() else ""
     if printed:
         sys.stderr.write(printed)
@@ -165,7 +166,7 @@ def _wait(pid: int, deadline_s: float | None, idle_s: float | None, heartbeat: P
             elif idle_s is not None and time.time() - heartbeat.stat().st_mtime > idle_s:
                 why = f"no progress for {idle_s:g}s"
             if why:
-                _kill_group(pid)
+                kill_pgid(pid)
                 os.waitpid(pid, 0)
                 return None, why
             if pidfd is not None:
@@ -232,13 +233,6 @@ def _rebuild(where: tuple[str, str], args: tuple, state: dict[str, Any]) -> Base
     exc.args = args
     exc.__dict__.update(state)
     return exc
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _child(call: Callable[..., Any], args: tuple, log: Path, result: Path) -> None:  # pragma: no cover

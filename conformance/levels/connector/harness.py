@@ -19,13 +19,13 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from conformance.contract.spec import resolve_kv_cache_dtype
-from conformance.contract.store import damaged
 from conformance.levels.connector.eras import Era, EraUnavailable
 from conformance.levels.connector.eras.base import Image
 from conformance.levels.connector.ledger import WAITING_FOR_LOAD, Ledger
 from conformance.levels.connector.slots import backing_bytes, by_block, copy_tokens, scatter_bytes, views_over
 from conformance.levels.subject import (
     ConnectorChoice,
+    damage_files,
     heard_degradation,
     runs_degraded,
     side_channel_ports,
@@ -238,15 +238,7 @@ class ConnectorHarness:
         hooked = self.connector.damage_with_hook(str(self.workdir / storage), how)
         if hooked is not None:
             return hooked
-        files = sorted(p for p in (self.workdir / storage).rglob("*") if p.is_file())
-        for f in files:
-            data = f.read_bytes()
-            if data:
-                f.write_bytes(damaged(data, how))
-        done = []
-        if files:
-            what = "flipped the middle byte of" if how == "flip_middle" else "cut the last byte off"
-            done.append(f"{what} each of the {len(files)} files the connector stored")
+        done = [d for d in (damage_files(self.workdir / storage, how),) if d is not None]
         if self.lose_remote is not None:  # both, when both hold KV (a MultiConnector's children)
             done.append(self.lose_remote())
         if done:

@@ -30,6 +30,7 @@ from conformance.levels.subject import (
     PRESSURE_FACTOR,
     ConnectorChoice,
     LMCacheService,
+    damage_files,
     side_channel_ports,
     span_pad,
     unreachable_storage,
@@ -370,13 +371,7 @@ class EngineCell:
         hooked = self.connector.damage_with_hook(str(self.storage), "truncate")
         if hooked is not None:
             return hooked
-        files = sorted(p for p in self.storage.rglob("*") if p.is_file())
-        done = []
-        if files:
-            for f in files:
-                data = f.read_bytes()
-                f.write_bytes(data[: len(data) // 2])  # truncated mid-tensor, as a full disk leaves it
-            done.append(f"truncated the {len(files)} files the connector stored to half their size")
+        done = [d for d in (damage_files(self.storage, "halve"),) if d is not None]
         across = (self.servers or {}).get(ACROSS)
         if across is not None and across.started:  # both, when both hold KV (MultiConnector)
             done.append(across.lose())

@@ -38,6 +38,7 @@ from typing import Any
 
 from conformance.levels.engine import child, separate
 from conformance.util.devices import nvidia_gpu
+from conformance.util.procs import kill_pgid
 
 # What an engine imports after ``from vllm import LLM``: the engine core, the CPU worker and model
 # runner, the sampler and loader, LoRA, the connector factory, torch's compiler (vLLM compiles its
@@ -192,10 +193,7 @@ def _reap(children: set[int]) -> None:
 
 def _stop(children: set[int]) -> None:
     for pid in children:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+        kill_pgid(pid)
 
 
 def main() -> None:
