@@ -19,7 +19,7 @@ def kv_store_factory(request: pytest.FixtureRequest,
     from conformance.contract.store import StoreNotRunnable
     from conformance.stores import loader
     from conformance.verdict.guard import GuardedStore
-    from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+    from conformance.verdict.status import not_runnable
 
     state = session_state(request.config)
     timeout = request.config.getoption(options.TIMEOUT)
@@ -32,7 +32,7 @@ def kv_store_factory(request: pytest.FixtureRequest,
         except loader.StoreLoadError as exc:
             pytest.exit(str(exc), returncode=4)
         except StoreNotRunnable as exc:  # every clause that needs the store: Not runnable
-            pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+            not_runnable(str(exc))
         guarded = GuardedStore(store, name=state.choice.target, timeout_s=timeout)
         built.append(guarded)
         return guarded
@@ -91,7 +91,7 @@ def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     shim covers the installed vLLM)."""
     from conformance.levels.connector.eras import EraUnavailable
     from conformance.levels.connector.session import open_harness
-    from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+    from conformance.verdict.status import not_runnable
 
     opt = request.config.getoption
     connector = connector_choice(request.config)
@@ -99,7 +99,7 @@ def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         harness, close = open_harness(connector, opt(options.MODEL), tmp_path_factory.mktemp("connector-api"),
                                       timeout_s=opt(options.TIMEOUT))
     except EraUnavailable as exc:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+        not_runnable(str(exc))
     except ValueError as exc:
         pytest.exit(f"kvconform: {exc}", returncode=4)
     yield harness

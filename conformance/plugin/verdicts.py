@@ -19,6 +19,7 @@ def _kvconform_clause_gate(request: pytest.FixtureRequest) -> Iterator[None]:
     """Marks the clause test as running (its examples are counted, its violations name its clause);
     a clause the store cannot claim is Disabled (a skip with that reason), never a Fail."""
     from conformance.verdict.clauses import clause_of, disabled_reason, end_test, start_test
+    from conformance.verdict.status import disabled
 
     c = clause_of(request.node)
     if c is None:
@@ -36,7 +37,7 @@ def _kvconform_clause_gate(request: pytest.FixtureRequest) -> Iterator[None]:
             if reason and c.requires - connector.applies:  # a capability left out, not a lossy declaration
                 reason += f" (declare it with {options.CAPABILITIES} if it does)"
         if reason:
-            pytest.skip(reason)
+            disabled(reason)
         yield
     finally:
         end_test(token)
@@ -86,10 +87,10 @@ def _not_exercised(report: pytest.TestReport, item: pytest.Item, clause_id: str,
                               "longer)") -> Any:
     """A pass that never tried what it promises (``why``): reported as a skip (JUnit too) with the
     Not exercised status, never as a Pass."""
-    from conformance.verdict.status import NOT_EXERCISED_PREFIX, Status
+    from conformance.verdict.status import Status
 
     report.outcome = "skipped"
-    report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"{NOT_EXERCISED_PREFIX}{clause_id} passed {why}")
+    report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"{Status.NOT_EXERCISED.value}: {clause_id} passed {why}")
     return Status.NOT_EXERCISED
 
 
@@ -104,7 +105,7 @@ def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None], level: st
     """The lattice status decided by this phase's report, or None when the phase decides nothing."""
     from conformance.verdict.asserts import ClauseViolation
     from conformance.verdict.guard import HarnessError
-    from conformance.verdict.status import DISABLED_PREFIX, NOT_EXERCISED_PREFIX, NOT_RUNNABLE_PREFIX, Status
+    from conformance.verdict.status import Status, carried
 
     if report.when == "call":
         if hasattr(report, "wasxfail"):
@@ -117,15 +118,8 @@ def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None], level: st
             if level in STRICT_FAIL_LEVELS and not _found(call.excinfo, ClauseViolation):
                 return Status.ERROR
             return Status.FAIL
-    if report.skipped:
-        reason = _message(report).removeprefix("Skipped: ")
-        if reason.startswith(DISABLED_PREFIX):
-            return Status.DISABLED
-        if reason.startswith(NOT_RUNNABLE_PREFIX):
-            return Status.NOT_RUNNABLE
-        if reason.startswith(NOT_EXERCISED_PREFIX):
-            return Status.NOT_EXERCISED
-        return Status.SKIP
+    if report.skipped:  # the status a skip carries (status.skip_as), never read from its words
+        return carried(call.excinfo.value if call.excinfo else None) or Status.SKIP
     if report.failed:  # setup or teardown: the harness, not the clause
         return Status.ERROR
     return None

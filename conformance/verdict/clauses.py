@@ -479,7 +479,7 @@ def disabled_reason(c: Clause, capabilities: frozenset[str], subject: str) -> st
     """Why ``c`` does not apply to a store (or connector) with ``capabilities``, or None when it does."""
     missing = sorted(c.requires - capabilities)
     if missing:
-        return f"Disabled: {c.id} needs capability {', '.join(missing)}, which {subject} does not claim"
+        return f"{c.id} needs capability {', '.join(missing)}, which {subject} does not claim"
     if c.lossless and "lossy" in capabilities:
-        return f"Disabled: {c.id} is a lossless clause and {subject} declares itself lossy"
+        return f"{c.id} is a lossless clause and {subject} declares itself lossy"
     return None

@@ -13,7 +13,7 @@ it as not passed.
 from __future__ import annotations
 
 import enum
-from typing import Iterable
+from typing import Any, Iterable, NoReturn
 
 
 class Status(str, enum.Enum):
@@ -47,9 +47,39 @@ def worst(statuses: Iterable[Status]) -> Status | None:
     return max(statuses, key=lambda s: s.severity, default=None)
 
 
-DISABLED_PREFIX = "Disabled: "
-NOT_RUNNABLE_PREFIX = "Not runnable: "
-NOT_EXERCISED_PREFIX = "Not exercised: "
+# The attribute of a skip that carries its status (the verdict reads it, never the message's words).
+STATUS_ATTR = "kvconform_status"
+
+
+def skip_as(status: Status, reason: str) -> NoReturn:
+    """End the test with ``status`` (Not runnable, Disabled, Not exercised): a pytest skip (JUnit
+    says skipped) whose message opens with the status in words and which carries it as data."""
+    import pytest
+
+    exc = pytest.skip.Exception(f"{status.value}: {reason}", allow_module_level=True)
+    setattr(exc, STATUS_ATTR, status.value)
+    raise exc
+
+
+def not_runnable(reason: str) -> NoReturn:
+    """The platform, the installed version or the connector's shape cannot run this clause here."""
+    skip_as(Status.NOT_RUNNABLE, reason)
+
+
+def disabled(reason: str) -> NoReturn:
+    """The clause needs a capability the subject does not claim."""
+    skip_as(Status.DISABLED, reason)
+
+
+def not_exercised(reason: str) -> NoReturn:
+    """The clause ran but compared nothing."""
+    skip_as(Status.NOT_EXERCISED, reason)
+
+
+def carried(exc: BaseException | None) -> Status | None:
+    """The status a skip raised by ``skip_as`` carries (None for any other exception)."""
+    value: Any = getattr(exc, STATUS_ATTR, None)
+    return Status(value) if value is not None else None
 
 
 _RED_VALUES = frozenset(s.value for s in Status if s.is_red)

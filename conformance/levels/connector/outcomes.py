@@ -7,7 +7,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-import pytest
 from hypothesis import reject
 
 from conformance.levels.connector.harness import (
@@ -24,7 +23,7 @@ from conformance.levels.connector.harness import (
 from conformance.levels.subject import cannot_run_here, missing_dependency, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.guard import HarnessError
-from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+from conformance.verdict.status import not_runnable
 
 
 @contextmanager
@@ -40,20 +39,20 @@ def connector_faults_fail(clause_id: str, context: str = "",
     except LayoutRefused:
         reject()  # a layout this connector declines up front is not one vLLM would give it
     except NotJudged as exc:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+        not_runnable(f"{exc}")
     except (PhantomHit, NegativeClaim) as exc:
         raise ClauseViolation(clause_id, f"{context}{exc}") from exc
     except NotBuilt as exc:
         _raise_if_missing_dependency(exc)
         if built_here():  # built here before: it declines this example's configuration (a block size)
             reject()
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{cannot_run_here('the connector', str(exc))}")
+        not_runnable(f"{cannot_run_here('the connector', str(exc))}")
     except ConnectorRaised as exc:
         _raise_if_missing_dependency(exc)
         if isinstance(exc.exc, OverClaim):  # raised by the harness inside vLLM's scheduler: a claim, not a crash
             raise ClauseViolation(clause_id, f"{context}{exc.exc}") from exc
         if refuses_platform(str(exc)):  # its data path asked for a device this machine (or process) lacks
-            pytest.skip(f"{NOT_RUNNABLE_PREFIX}the connector needs a device this machine lacks: it raised in {exc}")
+            not_runnable(f"the connector needs a device this machine lacks: it raised in {exc}")
         raise ClauseViolation(clause_id, f"{context}the connector raised in {exc}") from exc
 
 

@@ -13,13 +13,12 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import pytest
 import torch
 from hypothesis import strategies as st
 
 from conformance.contract.spec import SAME_WIDTH_TWINS, resolve_kv_cache_dtype
 from conformance.contract.strategies import active_kv_cache_dtypes, bits_dtype, raw_bit_patterns
-from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+from conformance.verdict.status import not_runnable
 
 if TYPE_CHECKING:
     from conformance.levels.connector.harness import ConnectorHarness, Phase, Run
@@ -54,8 +53,8 @@ def kv_cache_dtypes(among: Sequence[str] = ()) -> st.SearchStrategy[str]:
     """The axis, or the dtypes of ``among`` on it; none left: the clause is Not runnable."""
     left = [d for d in among if d in axis_dtypes()] if among else axis_dtypes()
     if not left:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}vLLM runs every kv_cache_dtype this clause would draw "
-                    f"({', '.join(sorted(FELL_BACK))}) as another dtype here: no such KV cache exists to judge")
+        not_runnable(f"vLLM runs every kv_cache_dtype this clause would draw "
+                     f"({', '.join(sorted(FELL_BACK))}) as another dtype here: no such KV cache exists to judge")
     return st.sampled_from(left)
 
 

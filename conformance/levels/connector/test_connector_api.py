@@ -33,7 +33,7 @@ from conformance.levels.connector.scenarios import (
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_examples, observe, running
 from conformance.verdict.profiles import costly_example_settings
-from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+from conformance.verdict.status import not_runnable
 
 MAX_PROMPT_BLOCKS = 5
 
@@ -223,7 +223,7 @@ def _loads_a_large_payload(api, probe: Run) -> None:
         except NotBuilt:  # it declines this block size (it was built for the probe): the next one
             continue
     else:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}the connector declines every block size of {LARGE_BLOCK_SIZES}")
+        not_runnable(f"the connector declines every block size of {LARGE_BLOCK_SIZES}")
     n = load.external_tokens.get("load", 0)
     if n <= 0:
         raise ClauseViolation(cid, f"{context}: the second pair loaded nothing {_where(load, 'large payload')}, though "
@@ -383,7 +383,7 @@ def _stored_then_damaged(api, cid: str, dtype: str, how: str, *, seeds: tuple[in
     try:
         done = api.damage(storage, how)
     except NotImplementedError as exc:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+        not_runnable(str(exc))
 
     def load_again() -> Run:
         return api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
@@ -455,8 +455,8 @@ def test_model_isolation(connector_api):
     # its base) over the same storage, then by the model's engine again.
     cid = "api_model_isolation"
     if connector_api.retrained is None:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}the model is a directory (--kv-model PATH): the suite makes another "
-                    "checkpoint only of its own model recipes")
+        not_runnable("the model is a directory (--kv-model PATH): the suite makes another "
+                     "checkpoint only of its own model recipes")
     other = connector_api.retrained()
     ps = unique_prompts(connector_api.vocab_size, 4 * 16 + 5, seed=80)
     storage, layout = f"models-{uuid.uuid4().hex[:12]}", connector_api.era.layouts()[0]

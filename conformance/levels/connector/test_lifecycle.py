@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import Collection
 
-import pytest
-
 from conformance.levels.connector import checks
 from conformance.levels.connector.eras.base import Image
 from conformance.levels.connector.harness import ConnectorHarness, Phase, Run, TransferStalled
@@ -28,7 +26,7 @@ from conformance.levels.connector.scenarios import (
 )
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause
-from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+from conformance.verdict.status import not_runnable
 
 BLOCK_SIZE = SCENARIO_BLOCK
 CHUNK = 2 * BLOCK_SIZE  # the token budget (max_num_batched_tokens) that prefills in chunks
@@ -216,8 +214,8 @@ def test_preemption(connector_api):
         first, *again = scenario_lifetime(connector_api, phases, num_blocks=blocks + 4,
                                   scheduling={"max_num_batched_tokens": CHUNK, "long_prefill_token_threshold": 16})
     if not first.preempted:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}vLLM preempted no request in this scenario (its scheduler changed?); "
-                    "the clause judged nothing")
+        not_runnable("vLLM preempted no request in this scenario (its scheduler changed?); "
+                     "the clause judged nothing")
     for rid, run in zip(("a", "b"), again):
         _bytes_back(cid, first, rid, run, f"{rid}-again", f"{context}{sorted(first.preempted)} preempted and "
                     "re-admitted, then each prompt asked for again")
@@ -235,7 +233,7 @@ def test_async_load(connector_api):
         n = loaded.external_tokens.get("load", 0)
         how = (f"loaded {n} tokens synchronously (get_num_new_matched_tokens returned load_async=False)" if n
                else "claimed nothing for the stored prompt")
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}the connector {how}: no async load to judge")
+        not_runnable(f"the connector {how}: no async load to judge")
     _bytes_back(cid, stored, "stored", loaded, "load", context + "its async load done")
 
 
@@ -258,8 +256,8 @@ def test_save_before_free(connector_api):
         stored, loaded = scenario_lifetime(connector_api, phases, num_blocks=neighbour_blocks + 1,
                                    scheduling={"max_num_batched_tokens": budget})
     if not stored.reused:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}vLLM gave no block back to another request in this scenario (its "
-                    "scheduler changed?); the clause judged nothing")
+        not_runnable("vLLM gave no block back to another request in this scenario (its "
+                     "scheduler changed?); the clause judged nothing")
     if "stored" in stored.freed_unsent:
         context += (" (request_finished returned False for it, so vLLM could reuse its blocks at once: a save "
                     "still reading them must return True and report the request in finished_sending when done, "

@@ -14,8 +14,6 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
-import pytest
-
 from conformance.levels.connector import checks
 from conformance.levels.connector.checks import Source
 from conformance.levels.connector.harness import ConnectorHarness, Phase, Run
@@ -33,7 +31,7 @@ from conformance.levels.connector.slots import by_block
 from conformance.levels.subject import PRESSURE_FACTOR
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, observe
-from conformance.verdict.status import NOT_EXERCISED_PREFIX, NOT_RUNNABLE_PREFIX
+from conformance.verdict.status import not_exercised, not_runnable
 
 BS = SCENARIO_BLOCK
 SYSTEM_PROMPTS = (1024, 4096)  # shared system prompts of chat and agent traffic, in tokens
@@ -99,8 +97,8 @@ def test_shared_prefix(connector_api):
             loaded_any += _judge_loads(cid, context, sources, run, rid, prompt)
             sources.append(_served(run, rid, prompt))
     if not loaded_any:
-        pytest.skip(f"{NOT_EXERCISED_PREFIX}the connector loaded nothing for prompts that share a long system prompt "
-                    "with stored ones, or are stored ones: no loaded byte was compared")
+        not_exercised("the connector loaded nothing for prompts that share a long system prompt "
+                      "with stored ones, or are stored ones: no loaded byte was compared")
 
 
 @clause("api_mixed_hits")
@@ -129,8 +127,8 @@ def test_mixed_hits(connector_api):
             judged.append(f"{rid}: {local_hits} local, {run.claims[rid][1]} external")
     if not judged:
         hits = {rid: run.claims.get(rid) for run, rid in ((mixed, "mixed"), (extension, "extended"))}
-        pytest.skip(f"{NOT_EXERCISED_PREFIX}no request had both local and external hits ((local hits, tokens "
-                    f"claimed) per request: {hits}): nothing loaded beyond vLLM's own prefix cache was compared")
+        not_exercised(f"no request had both local and external hits ((local hits, tokens "
+                      f"claimed) per request: {hits}): nothing loaded beyond vLLM's own prefix cache was compared")
     observe("requests with local and external hits: " + "; ".join(judged))
 
 
@@ -151,10 +149,10 @@ def test_cache_pressure(connector_api):
     length = blocks * BS + 3 + SPAN[0]
     count = -(-PRESSURE_FACTOR * capacity // (length * token_bytes))
     if count > MAX_PRESSURE_PROMPTS:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}the declared capacity ({capacity} bytes) holds more than "
-                    f"{MAX_PRESSURE_PROMPTS} prompts of {length} tokens ({length * token_bytes} bytes of KV each) can "
-                    f"fill {PRESSURE_FACTOR} times over: configure the connector with a smaller bound for this run "
-                    "and declare that capacity")
+        not_runnable(f"the declared capacity ({capacity} bytes) holds more than "
+                     f"{MAX_PRESSURE_PROMPTS} prompts of {length} tokens ({length * token_bytes} bytes of KV each) can "
+                     f"fill {PRESSURE_FACTOR} times over: configure the connector with a smaller bound for this run "
+                     "and declare that capacity")
     prompts = {f"p{i}": unique_prompts(api.vocab_size, length - UNIQUE_PREFIX, seed=700 + i, spanned=False).stored
                for i in range(count)}
     order = list(prompts)
@@ -193,8 +191,8 @@ def test_cache_pressure(connector_api):
                                    f"{', '.join(f'{rid} {claimed[rid]}' for rid in again)})")
     missed = sorted((rid for rid, n in claimed.items() if n < whole), key=order.index)
     if not missed:
-        pytest.skip(f"{NOT_EXERCISED_PREFIX}{context}every prompt loaded back whole: nothing was evicted (is the "
-                    "declared capacity what the connector's configuration holds?)")
+        not_exercised(f"{context}every prompt loaded back whole: nothing was evicted (is the "
+                      "declared capacity what the connector's configuration holds?)")
     observe(f"{len(missed)} of {count} prompts evicted or partly missed ({', '.join(missed[:6])}"
             f"{', ...' if len(missed) > 6 else ''}), {count - len(missed)} loaded whole; "
             f"{stored_kv / capacity:.1f}x the declared capacity stored")

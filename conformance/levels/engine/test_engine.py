@@ -41,7 +41,7 @@ from conformance.plugin.options import TENSOR_PARALLEL
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
 from conformance.verdict.guard import HarnessError
-from conformance.verdict.status import NOT_EXERCISED_PREFIX, NOT_RUNNABLE_PREFIX
+from conformance.verdict.status import not_exercised, not_runnable
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def cell(engine_cell):
 
 
 def _not_runnable(exc: NotRunnable):
-    pytest.skip(f"{NOT_RUNNABLE_PREFIX}{exc}")
+    not_runnable(f"{exc}")
 
 
 def _baseline(cell):
@@ -204,8 +204,8 @@ def test_engine_block_size(cell):
     load = _connector_run(cell, "bs_load", cid)
     stored, asked = (run.result.get("resolved", {}).get("block_size") for run in (store, load))
     if stored == asked:
-        pytest.skip(f"{NOT_EXERCISED_PREFIX}vLLM ran both engines at block size {stored}, asked for {cell.block_size} "
-                    f"and {cell.other_block_size}: this model's attention backend here takes no other")
+        not_exercised(f"vLLM ran both engines at block size {stored}, asked for {cell.block_size} "
+                      f"and {cell.other_block_size}: this model's attention backend here takes no other")
     _identical(cell, load, base, ["extends", "boundaries", "concurrent"], cid,
                f"engine B at block size {asked} ({external_hits(load):g} external hit tokens), asking for what "
                f"engine A stored at block size {stored},")
@@ -249,8 +249,8 @@ def test_engine_abort(cell):
     if not abandoned:
         raise HarnessError(f"engine {SAME_ENGINE} recorded no aborted batch: the suite's engine child did not run it")
     if not abandoned["aborted"]:
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}all {abandoned['requests']} requests finished within "
-                    f"{abandoned['steps']} engine step(s), before the abort: nothing was aborted")
+        not_runnable(f"all {abandoned['requests']} requests finished within "
+                     f"{abandoned['steps']} engine step(s), before the abort: nothing was aborted")
     _identical(cell, engine.phase(1), base, ["after_abort"], cid,
                f"after {what}, the same prompts asked for again (after a prefix-cache reset)")
 
@@ -429,8 +429,8 @@ def test_engine_cache_pressure(cell):
     whole = max(loaded)
     missed = sum(n < whole for n in loaded)
     if not missed:
-        pytest.skip(f"{NOT_EXERCISED_PREFIX}with {what}, every prompt loaded back whole: nothing was evicted (is the "
-                    "declared capacity what the connector's configuration holds?)")
+        not_exercised(f"with {what}, every prompt loaded back whole: nothing was evicted (is the "
+                      "declared capacity what the connector's configuration holds?)")
     observe(f"{missed} of {len(loaded)} prompts evicted or partly missed, {len(loaded) - missed} loaded whole")
 
 
@@ -466,8 +466,8 @@ def test_engine_lost_storage(cell):
     if not engine.ok:
         _judgeable(cell, engine)  # an engine the connector could not even start in judges nothing
         # No output at all, so nothing to compare; whether it survives is engine_load_failure_recompute's.
-        pytest.skip(f"{NOT_EXERCISED_PREFIX}after the suite {cell.loss}, engine D died before serving a request "
-                    f"(engine_load_failure_recompute judges that): {engine.describe_failure().splitlines()[0]}")
+        not_exercised(f"after the suite {cell.loss}, engine D died before serving a request "
+                      f"(engine_load_failure_recompute judges that): {engine.describe_failure().splitlines()[0]}")
     _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], "engine_lost_storage",
                f"after the suite {cell.loss}, engine D", skip_failed=True)
 

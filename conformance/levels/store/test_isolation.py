@@ -1,6 +1,5 @@
 """Isolation clauses: what the spec says the bytes are is part of their identity."""
 
-import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +17,7 @@ from conformance.contract.strategies import (
 )
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_content
 from conformance.verdict.clauses import clause, count_examples
-from conformance.verdict.status import NOT_RUNNABLE_PREFIX
+from conformance.verdict.status import not_runnable
 
 from ._steps import assert_not_served
 
@@ -28,8 +27,8 @@ _ISO = "format_isolation"
 @clause(_ISO)
 def test_format_isolation(kv_store):
     if not active_format_twins():
-        pytest.skip(f"{NOT_RUNNABLE_PREFIX}no two of the active kv_cache_dtypes "
-                    f"{list(active_kv_cache_dtypes())} differ in format")
+        not_runnable(f"no two of the active kv_cache_dtypes "
+                     f"{list(active_kv_cache_dtypes())} differ in format")
     check_format_isolation(kv_store)
 
 
