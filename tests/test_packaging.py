@@ -1,6 +1,6 @@
 """kvconform installed as a user installs it: a wheel built from the checkout, installed
 non-editable into a fresh venv outside the checkout with the default stack. The store level runs
-against ``memory``, the connector-API level against ExampleConnector with the default model, and
+against ``memory``, the connector level against ExampleConnector with the default model, and
 ``kvconform run`` takes the quick tier from a copy of matrix.yaml alone to its report, so package
 data (model profiles, API fingerprints, the golden list, the zoo) must come from the wheel, not
 the checkout, and so must what a stack venv would install."""

@@ -6,7 +6,7 @@ format those bytes encode (only the ``kv_cache_dtype`` string says e4m3 vs e5m2)
 layout and stride order (which change across vLLM releases and attention backends), and the
 per-layer ``k_scale``/``v_scale`` (which live on the attention layer, not in the page).
 
-Every level of the suite (store, connector API, engine) builds its inputs from this module, so
+Every level of the suite (store, connector, engine) builds its inputs from this module, so
 a spec means the same thing everywhere and appears identically in every report.
 """
 

@@ -1,5 +1,5 @@
 """The connector under test: chosen exactly as vLLM chooses it, and the servers the suite starts
-for it (both the connector-API and the engine level use them)."""
+for it (both the connector and the engine level use them)."""
 
 from __future__ import annotations
 

@@ -22,10 +22,10 @@ from conformance.verdict.profiles import PROFILES
 SCHEMA = "kvconform.matrix/1"
 PLATFORMS = ("cpu", "cuda")  # install lists a stack may give; a tier says which one its cells use
 NO_LMCACHE = "none"  # the lmcache coordinate of a stack without LMCache
-# What a connector entry runs: the connector-API level (one cell per model, drawing the dtype axis)
+# What a connector entry runs: the connector level (one cell per model, drawing the dtype axis)
 # and the engine level (one cell per model and kv_cache_dtype).
 CONNECTOR_LEVELS = ("connector", "engine")
-API_DTYPES_SEP = "+"  # a connector-API cell's kv_cache_dtype coordinate: the axis it drew from
+API_DTYPES_SEP = "+"  # a connector-level cell's kv_cache_dtype coordinate: the axis it drew from
 # What a `when:` may test: the coordinates cells carry (stores: store; connectors: the rest).
 COORDINATES = ("store", "connector", "model", "kv_cache_dtype", "vllm", "lmcache")
 
@@ -67,7 +67,7 @@ class Cell:
     """One run of the suite: an implementation on a tier, and the clauses it is expected to fail."""
 
     name: str
-    level: str  # the level its clauses belong to: "store", "connector" (the connector-API level) or "engine"
+    level: str  # the level its clauses belong to: "store", "connector" (the connector level) or "engine"
     args: tuple[str, ...]  # the pytest options that select the implementation under test
     tier: Tier
     coordinates: Mapping[str, str] = field(default_factory=dict)
@@ -225,7 +225,7 @@ def connector_label(connector: str, extra_config: Mapping[str, Any] | None) -> s
 
 
 def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell]:
-    """A connector entry's cells on one stack: per model, one connector-API cell (it draws the whole
+    """A connector entry's cells on one stack: per model, one connector-level cell (it draws the whole
     dtype axis itself) and one engine cell per kv_cache_dtype (each engine runs one)."""
     chosen = connector_args(spec["connector"], spec.get("extra_config"), spec.get("capabilities") or (),
                             spec.get("engine_env"))

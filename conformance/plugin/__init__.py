@@ -83,7 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not any(chosen.values()):
         raise pytest.UsageError(
             "kvconform: no store chosen: pass --kv-store module:factory (or a registered name "
-            "such as 'memory'), or set KVCONFORM_STORE; for the connector-API and engine levels pass --kv-connector")
+            "such as 'memory'), or set KVCONFORM_STORE; for the connector and engine levels pass --kv-connector")
     wanted = config.getoption("kv_levels")
     if wanted:
         names = [name.strip() for name in wanted.split(",") if name.strip()]

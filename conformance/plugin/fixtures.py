@@ -1,4 +1,4 @@
-"""The kvconform plugin's fixtures: the store, the connector-API harness and the engine cell
+"""The kvconform plugin's fixtures: the store, the connector-level harness and the engine cell
 under test, built from the options ``conformance.plugin`` adds."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 @pytest.fixture(scope="session")
 def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """The connector-API level's harness for the chosen connector and model (Not runnable when no
+    """The connector level's harness for the chosen connector and model (Not runnable when no
     shim covers the installed vLLM)."""
     from conformance.levels.connector.eras import EraUnavailable
     from conformance.levels.connector.session import open_harness

@@ -60,12 +60,12 @@ def add_options(parser: pytest.Parser) -> None:
                     help="comma-separated kv_cache_dtype strings to draw specs from, e.g. "
                          "'fp8,fp8_e4m3,fp8_e5m2' (default: every string vLLM knows)")
     group.addoption(LEVELS_OPTION, "--kv-tiers", dest="kv_levels", default=None, metavar="LIST",
-                    help="comma-separated levels to run among store, connector (the connector-API level) and "
+                    help="comma-separated levels to run among store, connector (the connector level) and "
                          "engine (default: every level whose implementation is chosen; --kv-tiers is its "
                          "deprecated spelling)")
     group.addoption(RESULTS, default=None, metavar="PATH",
                     help="write the results JSON (schema kvconform.results/1) to PATH")
-    engine = parser.getgroup("kvconform-engine", "kvconform: the connector-API and engine levels")
+    engine = parser.getgroup("kvconform-engine", "kvconform: the connector and engine levels")
     engine.addoption(CONNECTOR, default=None, metavar="CONNECTOR",
                      help="connector under test, as vLLM chooses it: a registry name (ExampleConnector, "
                           "LMCacheMPConnector) or 'package.module:ClassName' (default: $KVCONFORM_CONNECTOR)")

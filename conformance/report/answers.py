@@ -89,7 +89,7 @@ def _column(co: dict[str, Any]) -> tuple[str, str]:
 
 
 def _rows_of(cell: dict[str, Any]) -> list[tuple[str, str]]:
-    """The (model, dtype) rows a cell speaks for: a connector-API cell for every dtype of its axis."""
+    """The (model, dtype) rows a cell speaks for: a connector-level cell for every dtype of its axis."""
     co = cell.get("coordinates") or {}
     dtypes = str(co.get("kv_cache_dtype", "")).split("+")
     return [(str(co.get("model", "")), d) for d in dtypes]

@@ -25,7 +25,7 @@ COLOURS = {
     "Skip": "#6e7781", "Disabled": "#8c959f", "Not runnable": "#57606a",
     "Not exercised": "#0969da", "Pass, partly Not runnable": "#7a9a80",
 }
-LEVEL_TITLES = {"store": "store level", "connector": "connector-API level", "engine": "engine level"}
+LEVEL_TITLES = {"store": "store level", "connector": "connector level", "engine": "engine level"}
 MESSAGE_LIMIT = 1500  # characters of a message the page keeps (matrix.json has them whole)
 
 _PAGE = """<!doctype html>

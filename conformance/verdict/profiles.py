@@ -28,7 +28,7 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-# Profiles whose runs must end soon even when they fail: the connector-API level's examples are
+# Profiles whose runs must end soon even when they fail: the connector level's examples are
 # two engine lifetimes each (~0.1 s), and shrinking a failure there can take minutes. The first
 # failing example is reported as found, with its seed (a certification run needs the verdict; the
 # vendor shrinks under `dev`); `dev` and `deep` still shrink.

@@ -291,7 +291,7 @@ def test_the_answer_grid_reads_per_connector_stack_dtype_and_clause_group(stacke
     assert {g: m["status"] for g, m in row["cells"]["vLLM 0.28.0"]["groups"].items()} == {
         "loads correctly": "Error", "format isolation": "Error", "damaged or lost storage": "Error", "lifecycle": "Error"}
     assert {m["status"] for m in row["cells"]["vLLM 0.32.0"]["groups"].values()} == {"Pass"}
-    # The connector-API cell speaks for each dtype of its axis; an XFail's note is the matrix's reason,
+    # The connector-level cell speaks for each dtype of its axis; an XFail's note is the matrix's reason,
     # one note for the clauses of both levels it explains.
     lmcache = subjects["LMCacheMPConnector"]
     assert [(r["model"], r["kv_cache_dtype"]) for r in lmcache["rows"]] == [("qwen3-tiny", "auto"), ("qwen3-tiny", "fp8_e5m2")]
@@ -470,7 +470,7 @@ def test_the_first_screen_answers_per_connector(stacked, tmp_path, chromium):
     assert in_view(chromium, "#grid") and in_view(chromium, "#legend")
     assert chromium.js("[...document.querySelectorAll('#grid .m')].every(m => parseFloat(getComputedStyle(m).fontSize) >= 11)")
     assert chromium.js("[...document.querySelectorAll('#grid tr.arow')].map(r => r.innerText.replace(/\\s+/g, ' ').trim())") == [
-        "qwen3-tiny auto ✓✗*1✓✓✓", "fp8_e5m2 ✓✗*1✓✓✓"]  # API requirements: the connector-API cell; the model named once
+        "qwen3-tiny auto ✓✗*1✓✓✓", "fp8_e5m2 ✓✗*1✓✓✓"]  # API requirements: the connector-level cell; the model named once
     chromium.js("[...document.querySelectorAll('#tabs button')].find(b => b.textContent === 'ExampleConnector').click()")
     assert chromium.js("new URLSearchParams(location.hash.slice(1)).get('subject')") == "ExampleConnector"
     chromium.js("document.querySelector('#grid td.ans').click()")

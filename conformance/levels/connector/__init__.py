@@ -1,4 +1,4 @@
-"""The connector-API level: the connector under test driven through vLLM's own
+"""The connector level: the connector under test driven through vLLM's own
 ``KVConnectorBase_V1`` hooks, on synthetic paged KV caches that vLLM itself allocates.
 
 A real engine only writes the KV its model happens to produce; this level writes every bit

@@ -1,4 +1,4 @@
-"""How a connector-API example ends in a verdict: the connector's own exceptions are its Fail, a
+"""How a connector-level example ends in a verdict: the connector's own exceptions are its Fail, a
 layout it declines is rejected, a connector that cannot be built here is Not runnable (and one
 that was built here before, but refuses this example's configuration, declines the example)."""
 

@@ -1,4 +1,4 @@
-"""What the connector-API clauses draw: dtypes, layouts, prompts, and cache fills.
+"""What the connector-level clauses draw: dtypes, layouts, prompts, and cache fills.
 
 Prompts start with tokens unique to the example, so that a connector whose storage outlives
 an example (a server) never serves one example's KV to the next: a hit is always this

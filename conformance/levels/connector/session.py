@@ -1,4 +1,4 @@
-"""Opens the connector-API level's harness: era, model, and the servers a connector needs."""
+"""Opens the connector level's harness: era, model, and the servers a connector needs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Known-bad vLLM connectors for the connector-API and engine levels: each must be flagged by the
+"""Known-bad vLLM connectors for the connector and engine levels: each must be flagged by the
 clauses it breaks (tests/levels/connector/test_connector_level.py, tests/levels/engine/test_engine_level.py).
 
 They subclass vLLM's own ExampleConnector and change one thing, so they load wherever it does

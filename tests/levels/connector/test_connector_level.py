@@ -1,4 +1,4 @@
-"""The connector-API level against real connectors on the installed vLLM: vLLM's ExampleConnector,
+"""The connector level against real connectors on the installed vLLM: vLLM's ExampleConnector,
 LMCacheMPConnector with LMCache's real server, and the known-bad zoo connectors, each failing
 exactly the clauses it breaks. Needs vLLM in this Python: ``nox -s engine``.
 """
