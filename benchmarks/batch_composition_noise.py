@@ -7,7 +7,7 @@ baseline did; vLLM-CPU's kernels are not batch-invariant (``VLLM_BATCH_INVARIANT
 so that alone changes logprob bits. This measures by how much: one engine per model and
 ``kv_cache_dtype`` runs the concurrent prompts together, one by one, in pairs and with a long
 extra prompt, and reports each composition's largest logprob distance from "together" and whether
-any token differs. ``BATCH_COMPOSITION_LOGPROB_TOLERANCE`` in ``conformance.levels.engine.cell`` is set
+any token differs. ``BATCH_COMPOSITION_LOGPROB_TOLERANCE`` in ``conformance.levels.engine.compare`` is set
 from it. Writes ``benchmarks/results/batch_composition_noise.json``.
 
     python benchmarks/batch_composition_noise.py [--model qwen3-tiny ...] [--dtype auto ...] [--engine-python PY]
@@ -25,9 +25,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from conformance.levels.engine.cell import prompt_batches  # noqa: E402
 from conformance.levels.engine.launch import run_engine  # noqa: E402
 from conformance.levels.engine.models import materialise  # noqa: E402
+from conformance.levels.engine.prompts import prompt_batches  # noqa: E402
 
 DTYPES = ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 BLOCK_SIZE = 32

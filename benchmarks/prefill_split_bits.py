@@ -2,7 +2,7 @@
 
 A load of N tokens has vLLM compute only the rest of the prompt. Where that changes vLLM's own
 output bits, the engine level holds such a prompt to vLLM's own chunked prefill at N
-(``conformance.levels.engine.cell.compare_runs``) instead of the one-pass baseline. This measures,
+(``conformance.levels.engine.compare.compare_runs``) instead of the one-pass baseline. This measures,
 on this CPU, which chunkings keep a prompt's bits: each engine prefills every prompt in chunks of
 ``max_num_batched_tokens`` tokens; its first-token logprob bits and tokens are compared with an
 engine that prefills in one pass. Writes ``benchmarks/results/prefill_split_bits.json``.
@@ -23,8 +23,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from conformance.levels.engine.cell import ENGINE_THREADS, prompt_batches  # noqa: E402
+from conformance.levels.engine.cell import ENGINE_THREADS  # noqa: E402
 from conformance.levels.engine.launch import EngineHost, run_engine  # noqa: E402
+from conformance.levels.engine.prompts import prompt_batches  # noqa: E402
 
 LENGTHS = (64, 65, 96, 128)
 CHUNKS = (32, 48, 60, 62, 63, 64, 95, 127)

@@ -27,8 +27,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from benchmarks.prefill_split_bits import _cpu_flags, _model  # noqa: E402
-from conformance.levels.engine.cell import ENGINE_THREADS, prompt_batches  # noqa: E402
+from conformance.levels.engine.cell import ENGINE_THREADS  # noqa: E402
 from conformance.levels.engine.launch import EngineHost, run_engine  # noqa: E402
+from conformance.levels.engine.prompts import prompt_batches  # noqa: E402
 
 CACHED = (4032, 4096, 4128, 4160, 4192)  # tokens of the prefix in vLLM's cache, computed alone
 DTYPES = ("auto", "fp8_e5m2")

@@ -8,6 +8,10 @@ baseline), and a load engine after the storage was damaged. Runs happen on first
 dependency order (with two lanes, the roles no other role touches start beside the rest once the
 baseline ran: ``SECOND_LANE``), and are kept with their timings; the no-connector baselines may come from a
 matrix run's ``BaselineStore`` instead (same spec, same Python: the same run).
+
+Over 450 lines: ``EngineCell`` is one object because its roles share one life (the lanes, the
+hosts, the servers per world, the runs each started once, a hang that ends the rest); what it
+starts is ``roles``, what it asks ``prompts``, how outputs are judged ``compare``.
 """
 
 from __future__ import annotations
@@ -15,19 +19,45 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection
 
 from conformance.contract.spec import same_width_twin
 from conformance.levels.engine import separate
 from conformance.levels.engine.baselines import BaselineStore
+from conformance.levels.engine.compare import Reference, Tolerance, comparison_tolerance, request_outcome
 from conformance.levels.engine.launch import EngineHost, EngineRun, run_engine, serving_engine
+from conformance.levels.engine.prompts import (
+    DEFAULT_MODEL_LEN,
+    OUTPUT_ROOM,
+    REUSED_BLOCKS,
+    pressure_batches,
+    prompt_batches,
+)
+from conformance.levels.engine.roles import (
+    ACROSS,
+    AFTER_LOSS,
+    BLOCK_BASELINE,
+    CACHED_AT,
+    EMBEDS,
+    LORA,
+    NO_CONNECTOR,
+    REPLAY,
+    SAME_ENGINE,
+    SECOND_LANE,
+    SPLIT_AT,
+    STORED,
+    STORED_BY,
+    STORED_MARK,
+    TP_BASELINE,
+    WITHOUT_CONNECTOR,
+    connected,
+    side_of,
+    world_of,
+)
 from conformance.levels.subject import (
-    PRESSURE_FACTOR,
     ConnectorChoice,
     LMCacheService,
     damage_files,
@@ -39,202 +69,13 @@ from conformance.stores.lmcache_forks import ForkServer
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.guard import HarnessError
 
-VOCAB_LOW, VOCAB_HIGH = 4, 2048
+EVIDENCE_LOG_BYTES = 64 << 10  # of each engine's log kept beside the results
 
 
 class NotRunnable(Exception):
     """This platform or vLLM cannot run what the scenario needs; the reason is vLLM's own."""
 
 
-def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024, pad: int = 0) -> dict[str, dict[str, Any]]:
-    """Prompts around block boundaries, one extending a stored prefix, a concurrent batch, and the
-    rest below; ``positions``: the model's, which bound the system prompt (``system_tokens``);
-    ``pad``: whole blocks every prompt (and the shared prefix) is lengthened by, for a connector
-    that declares a min span (``subject.span_pad``)."""
-    rng = random.Random(seed)
-
-    def tokens(n: int) -> list[int]:
-        return [rng.randrange(VOCAB_LOW, VOCAB_HIGH) for _ in range(n)]
-
-    def prompt(n: int) -> list[int]:
-        return tokens(n + pad)
-
-    bs = block_size
-    boundaries = [prompt(n) for n in (bs - 1, bs, bs + 1, 2 * bs, 2 * bs + 1, 3 * bs + 7, 4 * bs)]
-    shared = prompt(2 * bs)
-    concurrent = [shared + tokens(9), shared + tokens(bs + 3), prompt(2 * bs + 5), prompt(3 * bs)]
-    abandoned = [prompt(3 * bs + 5), prompt(2 * bs + 3)]
-    return {
-        "boundaries": {"name": "boundaries", "prompts": boundaries},
-        "extends": {"name": "extends", "prompts": [boundaries[-1] + tokens(bs + 11)]},
-        "concurrent": {"name": "concurrent", "prompts": concurrent, "together": True},
-        # Stored prompts asked for by another tenant: vLLM keys its own prefix cache by cache_salt.
-        "salted": {"name": "salted", "prompts": boundaries[-2:], "cache_salt": SALT},
-        # Stored prompts asked for under a LoRA adapter (one that changes K and V): their KV differs.
-        "adapted": {"name": "adapted", "prompts": boundaries[-2:], "lora": True},
-        # Requests the client abandons one engine step after adding them (prefilled, their KV saved or
-        # being saved), then the same prompts asked for again.
-        "aborted": {"name": "aborted", "prompts": abandoned, "abort_after_steps": 1},
-        "after_abort": {"name": "after_abort", "prompts": abandoned},
-        # Prompts of REUSED_BLOCKS blocks each, for an engine of one block more: each is given the
-        # blocks the one before it gave back (vLLM's free queue hands out the least recently used).
-        "reused": {"name": "reused", "prompts": [prompt((REUSED_BLOCKS - 1) * bs + bs // 3 + i) for i in range(3)]},
-        # Tenants the other way: prompts a salted tenant stored (drawn last: the prompts above keep
-        # their tokens), asked for again with no salt and under a third tenant's salt.
-        **_tenant_batches([prompt(2 * bs + 5), prompt(3 * bs + 1)]),
-        # Adapters the other way: prompts stored under the LoRA adapter, asked for by the base model.
-        "adapter_stored": {"name": "adapter_stored", "prompts": (adapter := [prompt(2 * bs + 7)]), "lora": True},
-        "base_on_adapter": {"name": "base_on_adapter", "prompts": adapter},
-        "other_adapter": {"name": "other_adapter", "prompts": adapter, "lora": "b"},  # adapter A's, asked under B
-        # ... and under A's next version (its name, other weights: vLLM's load_inplace), in a phase of its own
-        # (last: from then on A's name computes with the new weights).
-        "adapter_version": {"name": "adapter_version", "prompts": adapter, "lora": "a2"},
-        # Prompts given as embeddings (drawn last, as above: lengths only, the child draws the embeddings).
-        **_embeds_batches(2 * bs + 7 + pad),
-        # Conversations after one long system prompt (drawn last, as above), one by one: a fresh engine
-        # loads the first; for the others vLLM's own prefix cache holds the system prompt (and the
-        # first conversation) and the connector is asked only for the rest (local and external hits).
-        "system": {"name": "system", "prompts": _conversations(tokens(system_tokens(positions)), tokens)},
-    }
-
-
-def pressure_batches(capacity: int, token_bytes: int, block_size: int, pad: int = 0) -> dict[str, dict[str, Any]] | str:
-    """Prompts that fill ``capacity`` bytes PRESSURE_FACTOR times over, stored one by one (``pressure``),
-    asked for again newest first (``pressure_again``), each ``pad`` tokens longer (a declared min span); or
-    why a capacity that large cannot be filled here (at most MAX_PRESSURE_PROMPTS prompts)."""
-    low, high = PRESSURE_PROMPT_BLOCKS
-    blocks = min(high, max(low, capacity // (8 * token_bytes * block_size)))
-    length = blocks * block_size + 5 + pad
-    count = -(-PRESSURE_FACTOR * capacity // (length * token_bytes))
-    if count > MAX_PRESSURE_PROMPTS:
-        return (f"the declared capacity ({capacity} bytes) takes more than {MAX_PRESSURE_PROMPTS} prompts of {length} "
-                f"tokens ({length * token_bytes} bytes of KV each here) to fill {PRESSURE_FACTOR} times over: run the "
-                "connector with a smaller bound for this cell and declare that capacity")
-    rng = random.Random(f"pressure-{count}-{length}")
-    prompts = [[rng.randrange(VOCAB_LOW, VOCAB_HIGH) for _ in range(length)] for _ in range(count)]
-    return {"pressure": {"name": "pressure", "prompts": prompts},
-            "pressure_again": {"name": "pressure_again", "prompts": prompts[::-1]}}
-
-
-def _conversations(system: list[int], tokens: Callable[[int], list[int]]) -> list[list[int]]:
-    first = system + tokens(41)
-    return [first, system + tokens(97), first + tokens(40)]
-
-
-def _embeds_batches(length: int) -> dict[str, dict[str, Any]]:
-    """Prompts given as embeddings (``"embeds"``: each prompt's seed; no token ids, vLLM puts zeros in
-    their place) crossed with token ids every way: another prompt's embeddings and the zeros asked
-    for after one was stored, then embeddings asked for after the zeros were stored (by the phase
-    before). The same embeddings asked for again are the same tenant: they still load."""
-    zeros = [[0] * length]
-    return {"embeds_stored": {"name": "embeds_stored", "prompts": zeros, "embeds": [EMBEDS_SEEDS[0]]},
-            "other_embeds": {"name": "other_embeds", "prompts": zeros, "embeds": [EMBEDS_SEEDS[1]]},
-            "embeds_as_tokens": {"name": "embeds_as_tokens", "prompts": zeros},
-            "embeds_again": {"name": "embeds_again", "prompts": zeros, "embeds": [EMBEDS_SEEDS[0]]},
-            "tokens_as_embeds": {"name": "tokens_as_embeds", "prompts": zeros, "embeds": [EMBEDS_SEEDS[2]]}}
-
-
-EMBEDS_SEEDS = (1, 2, 3)  # the seeds of the three prompts given as embeddings
-
-
-def _tenant_batches(prompts: list[list[int]]) -> dict[str, dict[str, Any]]:
-    return {"tenant": {"name": "tenant", "prompts": prompts, "cache_salt": SALT},
-            "untenanted": {"name": "untenanted", "prompts": prompts},
-            "other_tenant": {"name": "other_tenant", "prompts": prompts, "cache_salt": THIRD_SALT}}
-
-
-# The shared system prompt: 4,098 tokens (a 4k prompt one past a block boundary) where the model's
-# positions leave room for the conversations after it (qwen3-tiny's 4,608), else as long as they
-# allow (773 on the 1,024-position models). Longer ones are the connector level's (api_shared_prefix).
-LONGEST_SYSTEM = 4098
-DEFAULT_MODEL_LEN = 1024  # an engine's max_model_len unless its prompts need more (the child's default)
-OUTPUT_ROOM = 16  # tokens an engine generates past a prompt, with room
-CONVERSATION_ROOM = 251  # the longest conversation's own tokens and its output, with room to spare
-
-
-def system_tokens(positions: int) -> int:
-    return min(LONGEST_SYSTEM, positions - CONVERSATION_ROOM)
-
-
-SALT = "kvconform-another-tenant"  # the cache_salt of the "salted" batch (and of "tenant")
-THIRD_SALT = "kvconform-third-tenant"  # "tenant"'s prompts asked for by yet another tenant
-REUSED_BLOCKS = 5  # the blocks of each "reused" prompt; its store engine has one usable block more
-REUSE_ROLES = ("reuse_store", "reuse_load")  # KV saved while vLLM reused its blocks at once, then loaded
-AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
-SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
-LORA = "lora"  # the same with LoRA enabled: stores for the base model, then asks under an adapter
-EMBEDS = "embeds"  # the same with prompt embeddings enabled: stores embeddings, asks for them as token ids
-STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
-# Conversations after one system prompt, stored and asked for by an engine pair of their own: a
-# connector that mishandles vLLM's own hits (which may kill the engine) fails engine_shared_prefix alone.
-PREFIX_ROLES = ("prefix_store", "prefix_load")
-# A bounded cache (capacity=BYTES) filled PRESSURE_FACTOR times over by one engine, every prompt then
-# asked for by a fresh one, newest first (``pressure_batches``). Whether a cache degrades to empty, not
-# to a miss, is the connector level's to judge (api_cache_pressure): a cache that evicts in the
-# background (LMCache's eviction controller, above a watermark) drops stores made while it is full,
-# and an engine asking again at once cannot tell that from degrading.
-PRESSURE_ROLES = ("pressure_store", "pressure_load")
-MAX_PRESSURE_PROMPTS = 48  # what one engine cell stores for it, at most
-PRESSURE_PROMPT_BLOCKS = (2, 16)  # each prompt's length, in blocks, at least and at most (the models' 1024 positions)
-PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
-# Tensor parallelism (--kv-tensor-parallel N): the store and load engines again, and vLLM's own
-# output, each engine with N ranks in worker processes, every rank its share of the KV heads.
-TP_ROLES = ("tp_store", "tp_load")
-TP_BASELINE = "tp_baseline"
-# Another block size (twice the cell's): an engine stores at the cell's, a fresh one asks at the other, and
-# vLLM's own output at the other is the reference.
-BLOCK_ROLES = ("bs_store", "bs_load")
-BLOCK_BASELINE = "bs_baseline"
-# The first engine over its (empty) storage:
-COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store", "tp_store", "bs_store")
-# Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
-# connector the suite starts LMCache's server for, a server of its own (``EngineCell.server``). The
-# roles that must start cold or run on the second lane have one each, so none warms, empties or
-# waits for another's; the cross-engine roles (store, load, the format twin, after a loss) share ACROSS.
-ACROSS = ""
-WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", EMBEDS: "embeds", **dict.fromkeys(PD_ROLES, "pd"),
-          **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix"),
-          **dict.fromkeys(PRESSURE_ROLES, "pressure"), **dict.fromkeys(TP_ROLES, "tp"),
-          **dict.fromkeys(BLOCK_ROLES, "block-size")}
-
-
-def world_of(role: str) -> str:
-    return WORLDS.get(role, ACROSS)
-
-
-# The engines that read what another engine stored (or was handed: the P/D consumer), which in
-# production is a separately started process: they run in an interpreter of their own, started with
-# another hash seed than the cell's other engines (``separate``: another host, or fresh processes).
-SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "prefix_load", "pressure_load", "consumer", "tp_load",
-                 "bs_load")
-
-
-def side_of(role: str) -> str:
-    """The interpreter ``role``'s engine runs in: ``separate.SECOND`` for the engines that load what
-    another stored, ``separate.FIRST`` for every other."""
-    return separate.SECOND if role in SECOND_ENGINE else separate.FIRST
-
-
-NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE, BLOCK_BASELINE)  # vLLM alone: shared between cells (BaselineStore)
-# Roles whose engine settings the baseline does not share (LoRA or prompt embeddings on; a cache of a few blocks): when
-# one fails, the same engine without the connector says whether vLLM runs those settings here at all.
-OWN_SETTINGS = (LORA, EMBEDS, "reuse_store")
-WITHOUT_CONNECTOR = "_without_connector"  # the role name of such an engine
-SPLIT_AT = "_split_at_"  # a baseline's engine with its prompts prefilled in chunks (references)
-CACHED_AT = "_cached_"  # a baseline's engine with each prompt's first tokens in its prefix cache (references)
-REPLAY = "_replayed"  # a load role's engine after its storing role's batches, no connector (references)
-STORED_MARK = "#stored"  # the storing role's batches, renamed in a replay
-# The role whose batches stored what a load role asks for (the same-engine role: its own first phase).
-STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "pressure_store",
-             "tp_load": "tp_store", "bs_load": "bs_store", SAME_ENGINE: SAME_ENGINE}
-# Roles no other role reads or damages the storage of (nor needs, but the one after it): with two
-# lanes they run on the second, beside the rest, once the baseline has shown vLLM runs the cell.
-# Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
-# before, on first use.
-SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
-               "engine_prompt_embeds": (EMBEDS,),
-               "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES,
-               "engine_cache_pressure": PRESSURE_ROLES, "engine_block_size": (BLOCK_BASELINE, *BLOCK_ROLES)}
 # Every engine computes on one thread, as vLLM means its CPU engines to serve ("no steady-state CPU op
 # benefits from intra-op parallelism"; 0.32's worker blocks its own reduction to one): one thread count
 # for every engine a baseline is compared with, and two lanes' engines on two cores do not spin against
@@ -260,12 +101,9 @@ def lane_binding(ranks: int = 1) -> dict[str, str]:
         return {BIND: "|".join(map(str, cores[:ranks]))}
     lane = 1 if threading.current_thread().name.startswith(LANE_THREAD) else 0
     return {BIND: str(cores[lane % len(cores)])}
+
+
 NOT_STARTED = "not started: "  # a role's run after another engine of the cell hung (``_hung_run``)
-
-
-def connected(role: str) -> bool:
-    """Whether ``role``'s engine runs the connector (not a baseline, a control or a reference)."""
-    return role not in NO_CONNECTOR and all(mark not in role for mark in (WITHOUT_CONNECTOR, SPLIT_AT, CACHED_AT, REPLAY))
 
 
 class EngineCell:
@@ -730,203 +568,3 @@ class EngineCell:
             "engine_starts": len(started), "lanes": self.lanes,
             "vllm_imports": sum(r.result.get("imported_vllm") is True for r in started)
             + sum(h.get("ready_s") is not None for h in hosts.values())}
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """How far a logprob may move where vLLM itself is not bit-reproducible, and why."""
-    logprob: float
-    why: str
-
-
-# vLLM-CPU's MLA computes a prefix it loaded through another kernel path (context-chunk SDPA plus
-# an LSE merge) than one it recomputes, so a correct load is not bit-identical there. Measured on
-# the smooth (initializer_range 0.02) MLA profile: a correct load moves a token's logprob by at
-# most 0.0077 with the same tokens; KV poisoned at rest moves it by 0.12-0.28
-# (docs/research/engine-prototype.md, sections 2 and 3). Between the two, with margin both ways:
-MLA_CPU_LOGPROB_TOLERANCE = 0.05
-
-# vLLM's kernels are not batch-invariant (``VLLM_BATCH_INVARIANT`` is Triton-only, and off by
-# default): the same request decoded alone, in a pair or beside another's prefill gets other
-# logprob bits. A connector that loads asynchronously (LMCacheMPConnector) parks each request
-# until its KV arrives, so the loading engine runs a concurrent batch in other compositions than
-# the baseline did. Measured with no connector at all (benchmarks/batch_composition_noise.py,
-# benchmarks/results/batch_composition_noise.json, qwen3/llama3 x 6 dtypes): composition alone
-# moves a logprob by at most 0.0004 (16-bit KV) and 0.030 (fp8 KV), and never a token. KV a
-# connector failed to load for a batch-mate changes that request's first token, no near-tie
-# (FirstLoadOnlyConnector, tests/levels/engine/test_engine_level.py). Prompts served one by one stay compared as
-# bits, so a precision loss is still caught there. Above the noise, with a 3x margin:
-BATCH_COMPOSITION_LOGPROB_TOLERANCE = 0.1
-
-
-# A long prefix loaded at a connector's own granularity (LMCache's chunks of two blocks) holds KV
-# computed as the storing engine computed it, which no engine of vLLM alone reproduces exactly, and
-# on some CPUs a token's KV bits depend on the computation it was part of. Measured with no connector
-# (benchmarks/prefix_history_noise.py, benchmarks/results/prefix_history_noise.json: the engine
-# level's conversations after a 4,098-token system prompt, their first 4,032-4,192 tokens computed
-# apart, AMX machine, auto and fp8_e5m2): a logprob moves by at most 0.032, never a token. Applied
-# only to a load of at least LONG_PREFIX tokens whose bits match none of vLLM's own references, with a
-# 3x margin (wrong KV for even one block moves a first token, as FirstLoadOnlyConnector's does):
-PREFIX_HISTORY_LOGPROB_TOLERANCE = 0.1
-LONG_PREFIX = 1024
-PREFIX_HISTORY = Tolerance(PREFIX_HISTORY_LOGPROB_TOLERANCE, "the long-prefix tolerance: no engine of vLLM alone "
-                           "computes a prefix exactly as the storing engine did")
-
-
-def comparison_tolerance(run: EngineRun, batch: dict[str, Any]) -> Tolerance | None:
-    """None (compare bits) unless vLLM's own output for ``batch`` is not bit-reproducible across a
-    load: MLA on CPU, or requests submitted together (their batch composition is the engine's)."""
-    resolved = run.result.get("resolved") or {}
-    found = []
-    if resolved.get("use_mla") and resolved.get("device") == "cpu":
-        found.append(Tolerance(MLA_CPU_LOGPROB_TOLERANCE, "the MLA-on-CPU tolerance"))
-    if batch.get("together"):
-        found.append(Tolerance(BATCH_COMPOSITION_LOGPROB_TOLERANCE, "the batch-composition tolerance"))
-    return max(found, key=lambda t: t.logprob) if found else None
-
-
-@dataclass(frozen=True)
-class Reference:
-    """vLLM's own output, no connector, for prompts whose first tokens it did not compute."""
-    what: str  # how vLLM was made to skip them, for the message
-    run: Callable[[], EngineRun | None]  # its engine, started when first asked; None: vLLM would not run it here
-    from_cache: bool  # skipped through vLLM's prefix cache: a request that missed it is no reference
-
-    def request(self, batch: str, i: int, cached: int) -> dict[str, Any] | None:
-        """Request ``i`` of ``batch`` if it is a reference for ``cached`` tokens not computed."""
-        run = self.run()
-        if run is None:
-            return None
-        request = run.requests(batch)[i]
-        return None if self.from_cache and request["num_cached_tokens"] != cached else request
-
-
-def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Tolerance | None = None,
-                 skip_failed: bool = False,
-                 references: Callable[[int, int], list[Reference]] | None = None) -> list[str]:
-    """Differences between two runs' outputs for ``batch``, per prompt: tokens and logprob *bits*,
-    or, given a ``tolerance``, ``within_tolerance``; ``skip_failed`` leaves out requests ``got``'s
-    engine failed (finish_reason "error").
-
-    A prompt served with its first N tokens loaded has vLLM compute only the rest, and on some CPUs
-    (measured on an AMX machine: benchmarks/prefill_split_bits.py) the bits of a token depend
-    on how many were computed with it, connector or not (docs/engine-level.md). Where the bits differ,
-    ``references(N, prompt_len)`` are asked for vLLM's own output with N tokens not computed (the
-    same computation, by vLLM alone): a prompt equal to one bit for bit loaded what vLLM computes.
-    """
-    problems = []
-    for i, (g, w) in enumerate(zip(got.requests(batch), want.requests(batch), strict=True)):
-        if skip_failed and g.get("finish_reason") == "error":
-            continue
-        where = f"{batch}[{g['idx']}] (prompt {g['prompt_len']} tokens, {g['num_cached_tokens']} cached)"
-        if tolerance is not None:
-            problem = within_tolerance(g["steps"], w["steps"], tolerance)
-            if problem:
-                problems.append(f"{where}: {problem}")
-            continue
-        problem = bits_differ(g, w)
-        cached = not_computed(g)
-        if problem and references is not None and 0 < cached:
-            held, matched = [], False  # each reference in turn: its engine starts only if the ones before differ
-            for ref in references(cached, g["prompt_len"]):
-                request = ref.request(batch, i, cached)
-                matched = request is not None and not bits_differ(g, request)
-                if matched:
-                    break
-                held.append((ref, request))
-            if matched:
-                continue
-            loose = within_tolerance(g["steps"], w["steps"], PREFIX_HISTORY) if cached >= LONG_PREFIX else None
-            if cached >= LONG_PREFIX and loose is None:
-                continue
-            ran = [ref.what for ref, r in held if r is not None]
-            unrun = [ref.what for ref, r in held if r is None]
-            if ran:
-                problem += ", nor is it " + " or ".join(ran)
-            if unrun:
-                problem += f" ({' or '.join(unrun)} could not be run here)"
-            if loose is not None:
-                problem += f"; nor within {PREFIX_HISTORY_LOGPROB_TOLERANCE:g} of it: {loose}"
-        if problem:
-            problems.append(f"{where}: {problem}")
-    return problems
-
-
-EVIDENCE_LOG_BYTES = 64 << 10  # of each engine's log kept beside the results
-
-
-def request_outcome(request: dict[str, Any]) -> dict[str, Any]:
-    """What one request came to, as the results keep it (no logprobs: the tokens say the outcome)."""
-    return {"batch": request["batch"], "idx": request["idx"], "phase": request.get("phase", 0),
-            "prompt_len": request["prompt_len"], "cached": request["num_cached_tokens"],
-            "external": external_hits_of(request), "finish_reason": request.get("finish_reason"),
-            "tokens": request.get("tokens")}
-
-
-def external_hits_of(request: dict[str, Any]) -> int:
-    """The external prefix-cache hits vLLM counted for a request served alone."""
-    return int((request.get("counters_delta") or {}).get("external_prefix_cache_hits", 0))
-
-
-def not_computed(request: dict[str, Any]) -> int:
-    """The prompt tokens vLLM did not compute for a request served alone: its prefix-cache hits, or,
-    where vLLM reports none (a P/D consumer's remote prefill), the external hits counted for it; a
-    prompt loaded whole still has vLLM compute its last token."""
-    return min(request["num_cached_tokens"] or external_hits_of(request), request["prompt_len"] - 1)
-
-
-def bits_differ(got: dict[str, Any], want: dict[str, Any]) -> str | None:
-    """How one request's tokens or logprob bits differ from another's, or None."""
-    if got["tokens"] != want["tokens"]:
-        return f"tokens {got['tokens']}, but the baseline produced {want['tokens']}"
-    for step, (a, b) in enumerate(zip(got["steps"], want["steps"])):
-        if a["logprob"] != b["logprob"] or a["top"] != b["top"]:
-            return (f"step {step} logprob bits {a['logprob']}, but the baseline has {b['logprob']} "
-                    f"(top-k differs: {a['top'] != b['top']})")
-    return None
-
-
-def within_tolerance(got: list[dict[str, Any]], want: list[dict[str, Any]], tolerance: Tolerance) -> str | None:
-    """Why two greedy decodes are more than rounding apart, or None.
-
-    Each step's chosen-token logprob must be within ``tolerance`` of the baseline's. The decodes may
-    part only at a near-tie: each run's token is in the other's top-k, within ``tolerance`` of the
-    token it chose; after that they condition on different tokens and are not compared further.
-    """
-    limit = tolerance.logprob
-    for step, (a, b) in enumerate(zip(got, want)):
-        top_a = {int(t): float.fromhex(lp) for t, lp in a["top"]}
-        top_b = {int(t): float.fromhex(lp) for t, lp in b["top"]}
-        lp_a, lp_b = float.fromhex(a["logprob"]), float.fromhex(b["logprob"])
-        if a["token"] != b["token"]:
-            broken = _tie_broken(a, b, top_a, top_b, limit)
-            if broken is None:  # a near-tie: after it the decodes condition on different tokens
-                return None
-            return (f"step {step} token {a['token']} (logprob {lp_a:.6g}), but the baseline chose {b['token']} "
-                    f"(logprob {lp_b:.6g}), not a near-tie within {limit:g} ({tolerance.why}): a near-tie has each "
-                    f"run's token in the other's top-{len(top_b)} within {limit:g} of the token it chose; " + broken)
-        delta = abs(lp_a - lp_b)
-        if not delta <= limit:  # NaN is never within
-            return (f"step {step} logprob {lp_a:.6g}, but the baseline has {lp_b:.6g} "
-                    f"(|delta| {delta:.3g} > {limit:g}, {tolerance.why})")
-    return None
-
-
-def _tie_broken(a: dict[str, Any], b: dict[str, Any], top_a: dict[int, float], top_b: dict[int, float],
-                limit: float) -> str | None:
-    """Which half of the near-tie rule two diverging steps break, in numbers; None where both hold
-    (each run's token in the other's top-k, within ``limit`` of the token that run chose)."""
-    for other, top, chosen, who in ((b, top_a, a, "this run's"), (a, top_b, b, "the baseline's")):
-        if other["token"] not in top:
-            return f"the other's token {other['token']} is not in {who} top-{len(top)}"
-        gap = abs(top[other["token"]] - float.fromhex(chosen["logprob"]))
-        if gap > limit:
-            return f"in {who} top-k the other's token {other['token']} is {gap:.3g} below the one it chose"
-    return None
-
-
-def external_hits(run: EngineRun, batch: str | None = None) -> float:
-    """External prefix-cache hits vLLM counted for ``batch`` (or all), each generate call once."""
-    deltas = {(r["batch"], r.get("phase", 0), r["group"]): r["counters_delta"] for r in run.result.get("requests", [])
-              if batch is None or r["batch"] == batch}
-    return sum(d.get("external_prefix_cache_hits", 0) for d in deltas.values())

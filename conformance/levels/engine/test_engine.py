@@ -15,7 +15,11 @@ import os
 import pytest
 
 from conformance.contract.spec import KVSpec
-from conformance.levels.engine.cell import (
+from conformance.levels.engine.cell import NotRunnable
+from conformance.levels.engine.child import DRAIN_S
+from conformance.levels.engine.compare import compare_runs, external_hits, external_hits_of
+from conformance.levels.engine.prompts import SALT, THIRD_SALT, system_tokens
+from conformance.levels.engine.roles import (
     BLOCK_BASELINE,
     COLD_ROLES,
     EMBEDS,
@@ -24,18 +28,10 @@ from conformance.levels.engine.cell import (
     PREFIX_ROLES,
     PRESSURE_ROLES,
     REUSE_ROLES,
-    SALT,
     SAME_ENGINE,
     STORED,
-    THIRD_SALT,
     TP_BASELINE,
-    NotRunnable,
-    compare_runs,
-    external_hits,
-    external_hits_of,
-    system_tokens,
 )
-from conformance.levels.engine.child import DRAIN_S
 from conformance.levels.subject import PRESSURE_FACTOR, cannot_run_here, missing_dependency, refuses_platform
 from conformance.plugin.options import TENSOR_PARALLEL
 from conformance.verdict.asserts import ClauseViolation

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
-from conformance.levels.engine.cell import (
+from conformance.levels.engine.cell import EngineCell
+from conformance.levels.engine.compare import (
     BATCH_COMPOSITION_LOGPROB_TOLERANCE,
     MLA_CPU_LOGPROB_TOLERANCE,
-    EngineCell,
     Reference,
     Tolerance,
     compare_runs,
@@ -199,7 +199,8 @@ def test_an_engine_of_settings_of_its_own_that_vllm_cannot_run_is_not_the_connec
     where vLLM runs those settings without it, the failure stays the connector's."""
     import pytest
 
-    from conformance.levels.engine.cell import LORA, WITHOUT_CONNECTOR, EngineCell
+    from conformance.levels.engine.cell import EngineCell
+    from conformance.levels.engine.roles import LORA, WITHOUT_CONNECTOR
     from conformance.levels.engine.test_engine import _vetted
     from conformance.levels.subject import ConnectorChoice
 
@@ -227,6 +228,7 @@ def test_a_second_lane_runs_the_roles_no_other_role_touches_beside_the_rest(tmp_
     import time
 
     from conformance.levels.engine import cell as cells
+    from conformance.levels.engine.roles import LORA
     from conformance.levels.subject import ConnectorChoice
 
     started: list[tuple[str, str, float, float]] = []
@@ -251,10 +253,10 @@ def test_a_second_lane_runs_the_roles_no_other_role_touches_beside_the_rest(tmp_
     assert two.run("reuse_load").role == "reuse_load" and two.run("twin_baseline").role == "twin_baseline"
     two.close()
     roles = [r for r, *_ in started]
-    assert sorted(roles) == sorted(["baseline", "store", "load", "twin_baseline", cells.LORA, "reuse_store",
+    assert sorted(roles) == sorted(["baseline", "store", "load", "twin_baseline", LORA, "reuse_store",
                                     "reuse_load"])  # each once
     lane = [r for r, thread, *_ in started if thread.startswith("engine-lane")]
-    assert lane == ["twin_baseline", cells.LORA, "reuse_store", "reuse_load"]
+    assert lane == ["twin_baseline", LORA, "reuse_store", "reuse_load"]
     at = {r: (t0, t1) for r, _, t0, t1 in started}
     assert at["twin_baseline"][0] < at["store"][1] and at["store"][0] < at["twin_baseline"][1]  # side by side
     assert two.timings()["lanes"] == 2
@@ -298,7 +300,8 @@ def test_no_connector_engine_starts_where_vllm_cannot_run_the_cells_settings_alo
     clauses that start a connector engine first (LoRA, cache_salt) start none, as the others do."""
     import pytest
 
-    from conformance.levels.engine.cell import LORA, EngineCell
+    from conformance.levels.engine.cell import EngineCell
+    from conformance.levels.engine.roles import LORA
     from conformance.levels.engine.test_engine import _connector_run
     from conformance.levels.subject import ConnectorChoice
 
@@ -335,7 +338,7 @@ def test_a_long_prefix_no_reference_reproduces_is_held_to_the_measured_long_pref
     """A load of at least LONG_PREFIX tokens whose bits match no reference (vLLM alone cannot compute
     the stored KV as the storing engine did): within the measured tolerance passes, past it fails
     and says so; a short prefix is never given the tolerance."""
-    from conformance.levels.engine.cell import LONG_PREFIX, PREFIX_HISTORY_LOGPROB_TOLERANCE
+    from conformance.levels.engine.compare import LONG_PREFIX, PREFIX_HISTORY_LOGPROB_TOLERANCE
 
     near = [step(7, -1.0 - PREFIX_HISTORY_LOGPROB_TOLERANCE / 2, t9=-2.0), *BASE[1:]]
     far = [step(7, -1.0 - 2 * PREFIX_HISTORY_LOGPROB_TOLERANCE, t9=-2.0), *BASE[1:]]
@@ -360,7 +363,7 @@ def test_a_long_prefix_no_reference_reproduces_is_held_to_the_measured_long_pref
 def test_a_declared_min_span_lengthens_every_prompt_by_whole_blocks():
     """min-span=TOKENS pads each prompt (and the shared prefix) by the span in whole blocks: every
     prompt then exceeds the span, and each keeps its place against a block boundary."""
-    from conformance.levels.engine.cell import pressure_batches, prompt_batches
+    from conformance.levels.engine.prompts import pressure_batches, prompt_batches
 
     plain, padded = prompt_batches(32, positions=4608), prompt_batches(32, positions=4608, pad=256)
     for name, batch in plain.items():

@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from conformance.levels.engine import separate
-from conformance.levels.engine.cell import SECOND_ENGINE, side_of
 from conformance.levels.engine.launch import EngineHost, run_engine
+from conformance.levels.engine.roles import SECOND_ENGINE, side_of
 from conformance.levels.subject import ConnectorChoice, parse_engine_env
 from conformance.matrix import definition
 from conformance.report.answers import answers
