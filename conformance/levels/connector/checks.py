@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from conformance.levels.connector.harness import Run
+from conformance.levels.connector.runs import Run
 from conformance.levels.connector.slots import by_block, token_rows, views_over
 from conformance.verdict.asserts import relative_rms_error
 from conformance.verdict.clauses import count_coded

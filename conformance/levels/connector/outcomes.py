@@ -9,7 +9,8 @@ from typing import Iterator
 
 from hypothesis import reject
 
-from conformance.levels.connector.harness import (
+from conformance.levels.connector.pair import built_here
+from conformance.levels.connector.runs import (
     ConnectorRaised,
     LayoutRefused,
     NegativeClaim,
@@ -18,7 +19,6 @@ from conformance.levels.connector.harness import (
     OverClaim,
     PhantomHit,
     Run,
-    built_here,
 )
 from conformance.levels.subject import cannot_run_here, missing_dependency, refuses_platform
 from conformance.verdict.asserts import ClauseViolation

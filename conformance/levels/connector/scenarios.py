@@ -21,7 +21,8 @@ from conformance.contract.strategies import active_kv_cache_dtypes, bits_dtype, 
 from conformance.verdict.status import not_runnable
 
 if TYPE_CHECKING:
-    from conformance.levels.connector.harness import ConnectorHarness, Phase, Run
+    from conformance.levels.connector.harness import ConnectorHarness
+    from conformance.levels.connector.runs import Phase, Run
 
 # The dtypes the CPU backend allocates (vLLM's CacheDType strings); fp8 ones are uint8 tensors.
 CPU_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")

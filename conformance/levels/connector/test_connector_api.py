@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from conformance.contract.strategies import active_kv_cache_dtypes
 from conformance.levels.connector import checks
-from conformance.levels.connector.harness import DRAIN_S, ConnectorRaised, LayoutRefused, NotBuilt, Phase, Run
 from conformance.levels.connector.outcomes import connector_faults_fail as _connector_faults_fail
 from conformance.levels.connector.outcomes import where as _where
+from conformance.levels.connector.pair import DRAIN_S
+from conformance.levels.connector.runs import ConnectorRaised, LayoutRefused, NotBuilt, Phase, Run
 from conformance.levels.connector.scenarios import (
     BLOCK_SIZES,
     TWINS,

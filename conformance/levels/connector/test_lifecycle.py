@@ -14,8 +14,9 @@ from typing import Collection
 
 from conformance.levels.connector import checks
 from conformance.levels.connector.eras.base import Image
-from conformance.levels.connector.harness import ConnectorHarness, Phase, Run, TransferStalled
+from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.connector.outcomes import connector_faults_fail, where
+from conformance.levels.connector.runs import Phase, Run, TransferStalled
 from conformance.levels.connector.scenarios import (
     SCENARIO_BLOCK,
     UNIQUE_PREFIX,

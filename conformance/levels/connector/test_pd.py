@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from conformance.contract.strategies import active_kv_cache_dtypes
 from conformance.levels.connector import checks
-from conformance.levels.connector.harness import LayoutRefused, Run
 from conformance.levels.connector.outcomes import connector_faults_fail, where
+from conformance.levels.connector.runs import LayoutRefused, Run
 from conformance.levels.connector.scenarios import (
     BLOCK_SIZES,
     TWINS,

@@ -16,8 +16,9 @@ from typing import Sequence
 
 from conformance.levels.connector import checks
 from conformance.levels.connector.checks import Source
-from conformance.levels.connector.harness import ConnectorHarness, Phase, Run
+from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.connector.outcomes import connector_faults_fail, where
+from conformance.levels.connector.runs import Phase, Run
 from conformance.levels.connector.scenarios import (
     LOW_TOKEN,
     SCENARIO_BLOCK,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conformance.levels.connector import scenarios
-from conformance.levels.connector.harness import ConnectorRaised
 from conformance.levels.connector.outcomes import connector_faults_fail
+from conformance.levels.connector.runs import ConnectorRaised
 from conformance.verdict.asserts import ClauseViolation
 
 
