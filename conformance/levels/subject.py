@@ -1,20 +1,13 @@
-"""The connector under test: chosen exactly as vLLM chooses it, and the servers the suite starts
-for it (both the connector and the engine level use them)."""
+"""The connector under test, chosen exactly as vLLM chooses it: its name or class, its extra config
+and the storage the suite gives it, what it declares (capabilities), and where its KV lives."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
-
-from conformance.stores.lmcache_forks import ForkServer
-from conformance.stores.lmcache_server import LMCacheServer
+from typing import Any, Iterable, Sequence
 
 STORAGE = "{storage}"  # in a connector's extra config: the private directory the suite gives each run
 # ... and a name private to it, for what a daemon the connector talks to keys its state by (a
@@ -186,98 +179,6 @@ class ConnectorChoice:
 # its caches, before any KV moved, it is Not runnable with those words, not the connector's Fail.
 # "re-initialize CUDA in forked subprocess": a CUDA call in a process forked after torch touched CUDA
 # (the suite forks each clause's process), which on any machine means no usable device there.
-_REFUSAL = re.compile(r"only supported on|not supported on|no NVIDIA driver|not compiled with CUDA|"
-                      r"re-initialize CUDA in forked subprocess|requires? (a |an )?(CUDA|GPU|NVIDIA|XPU)", re.IGNORECASE)
-_DEVICE = re.compile(r"\b(CUDA|CUDA-alike|GPUs?|XPU|ROCm|NVIDIA|HPU|TPU|NPU)\b", re.IGNORECASE)
-
-
-def refuses_platform(message: str) -> bool:
-    """Whether ``message`` is a connector declining this platform: a refusal naming a device."""
-    found = _REFUSAL.search(message)
-    return bool(found and _DEVICE.search(message, found.start()))
-
-
-def cannot_run_here(label: str, error: str) -> str:
-    """Why ``label`` is Not runnable when building it (or starting an engine with it) raised ``error``
-    before any KV moved: a platform it declines, or (where its words name configuration) what to pass it."""
-    if refuses_platform(error):
-        return f"{label} declines this platform ({error})"
-    return f"{label} could not be built here ({error}){_advice(error)}"
-
-
-# KVTransferConfig fields a connector's refusal may name (--kv-transfer-config sets any of them).
-TRANSFER_FIELD_NAMES = ("kv_load_failure_policy", "kv_buffer_size", "kv_buffer_device", "kv_port", "kv_ip",
-                        "kv_rank", "kv_parallel_size", "engine_id", "enable_permute_local_kv")
-_EXTRA_CONFIG_WORDS = re.compile(r"extra[_ ]config|KeyError", re.IGNORECASE)
-_SAYS_NOTHING = re.compile(r"\b\w+(?:Error|Exception): ?\)?$")  # an exception raised with no message
-
-
-def _advice(error: str) -> str:
-    """What to pass, only where the error names it: a KVTransferConfig field, or the extra config."""
-    field = next((f for f in TRANSFER_FIELD_NAMES if f in error), None)
-    if field is not None:
-        return f"; if it needs another {field}, pass --kv-transfer-config {field}=VALUE"
-    if _EXTRA_CONFIG_WORDS.search(error):
-        return "; if it needs configuration, pass it with --kv-connector-extra-config"
-    if _SAYS_NOTHING.search(error.strip()):
-        return "; it raised with no message: if it needs configuration, pass it with --kv-connector-extra-config"
-    return ""
-
-
-_NO_MODULE = re.compile(r"(?:ModuleNotFoundError|ImportError)\b.*?No module named '([\w.]+)'")
-
-
-# What a connector logs when it chose, on this platform, to run without its cache (LMCache's
-# "System will operate in degraded mode (recompute)").
-_DEGRADED = re.compile(r"degraded mode|fall(?:ing|s)? back to recompute", re.IGNORECASE)
-_ERROR_LINE = re.compile(r"^\w*(?:Error|Exception): .+$", re.MULTILINE)
-
-
-@contextlib.contextmanager
-def heard_degradation() -> Iterator[list[str]]:
-    """The warnings logged while the block runs, by any logger (LMCache's do not propagate), that say
-    the connector runs degraded: each quoted as its first line, the error it names and its verdict."""
-    said: list[str] = []
-    original = logging.Logger.handle
-
-    def handle(self: logging.Logger, record: logging.LogRecord) -> None:
-        if record.levelno >= logging.WARNING:
-            message = record.getMessage()
-            if _DEGRADED.search(message):
-                errors = _ERROR_LINE.findall(message)
-                verdict = next(line for line in reversed(message.splitlines()) if _DEGRADED.search(line))
-                said.append(" ... ".join(dict.fromkeys([message.splitlines()[0][:200], *errors[-1:], verdict.strip()])))
-        original(self, record)
-
-    logging.Logger.handle = handle  # type: ignore[method-assign]
-    try:
-        yield said
-    finally:
-        logging.Logger.handle = original  # type: ignore[method-assign]
-
-
-def runs_degraded(label: str, said: list[str]) -> str:
-    """Why a connector that chose to run without its cache here is Not runnable, in its own words."""
-    return (f"{label} runs degraded on this platform, by its own account: {said[0]!r}; nothing it would store "
-            "or load here is what it does where it is supported")
-
-
-def missing_module(error: str) -> str | None:
-    """The module an error says is not installed (a connector's own dependency), or None."""
-    found = _NO_MODULE.search(error)
-    return found.group(1) if found else None
-
-
-def missing_dependency(label: str, error: str) -> str | None:
-    """The Error message for a connector whose own dependency is not installed where it runs (no
-    verdict can be had without it), or None where ``error`` says no such thing."""
-    module = missing_module(error)
-    if module is None:
-        return None
-    return (f"{label} needs the module {module!r}, which is not installed in the Python it runs in "
-            f"({error.splitlines()[0][:300]}): install its dependencies there; no clause is judged without them")
-
-
 # What damaging a connector's files did, by ``damaged``'s kind, for the verdicts' messages.
 FILE_DAMAGE = {"flip_middle": "flipped the middle byte of each of the {n} files the connector stored",
                "truncate": "cut the last byte off each of the {n} files the connector stored",
@@ -492,111 +393,3 @@ def with_storage(value: Any, storage: str, model: str = "") -> Any:
     return value
 
 
-DEFAULT_L1_GB = 0.25  # the L1 of the servers the suite starts, unless a declared capacity bounds it
-
-
-class LMCacheService:
-    """LMCache's multiprocess server for an LMCacheMPConnector the user did not point at one:
-    started on first use, restarted to lose its content, stopped at the end.
-
-    ``spare``: a second server is launched as soon as one is in use, so that losing the content is
-    a switch to a server that started while the engines ran, not a restart waited for (4-8 s each, a
-    handful per engine cell). Both are launched from the caller's thread (each ends with the thread
-    that started it); a forked child (the connector level's supervised clauses) restarts instead."""
-
-    LOST = "restarted the LMCache server (its L1 store is lost)"
-
-    def __init__(self, log: Path, *, chunk_size: int, python: str | None = None, spare: bool = False,
-                 forks: ForkServer | None = None, l1_bytes: int | None = None, args: tuple[str, ...] = ()) -> None:
-        self._log, self._chunk_size, self._python, self._args = log, chunk_size, python or sys.executable, args
-        # A connector that declares capacity=BYTES is judged bounded: its server's L1 holds that much
-        # (the suite supplies the server, so the suite bounds it; the results' ``connector.supplied`` says so).
-        self._l1_gb = (l1_bytes / 2**30) if l1_bytes else DEFAULT_L1_GB
-        self._forks = forks  # where its servers are forked from, if anywhere (``LMCacheServer``)
-        self.server = self._new(log)
-        self.started = False
-        self._spare: LMCacheServer | None = None
-        self._keeps_spare = spare
-        self._retired: list[LMCacheServer] = []  # interrupted, reaped at stop()
-        self._count = 0
-
-    def _new(self, log: Path) -> LMCacheServer:
-        return LMCacheServer(log, chunk_size=self._chunk_size, l1_size_gb=self._l1_gb, python=self._python,
-                             forks=self._forks, extra_args=self._args)
-
-    @staticmethod
-    def describe(connector: ConnectorChoice) -> str:
-        """What the suite supplies in the user's place, in words (the results' ``connector.supplied``)."""
-        l1 = connector.capacity_bytes or int(DEFAULT_L1_GB * 2**30)
-        yours = f", with your arguments {' '.join(connector.server_args)}" if connector.server_args else ""
-        return (f"LMCache's multiprocess server, started by the suite: L1 {l1} bytes"
-                f"{' (the declared capacity)' if connector.capacity_bytes else ''}, LRU eviction{yours}")
-
-    @staticmethod
-    def wanted_by(connector: ConnectorChoice) -> bool:
-        """An LMCacheMPConnector (or a subclass, or a MultiConnector child) not pointed at a server
-        (``lmcache.mp.port`` in its extra config) and not declared ``own-server``."""
-        if "own-server" in connector.capabilities:
-            return False
-        if connector.is_a("LMCacheMPConnector"):
-            return "lmcache.mp.port" not in connector.extra_config
-        return any(child.get("kv_connector") == "LMCacheMPConnector"
-                   and "lmcache.mp.port" not in (child.get("kv_connector_extra_config") or {})
-                   for child in connector.children)
-
-    def launch(self) -> None:
-        """Start the first server now, awaited at the first ``config``: it comes up while the engines
-        without a connector run. Best effort: what stops it is raised by ``config``, where it is asked for."""
-        try:
-            self.server.launch()
-        except (RuntimeError, OSError):
-            pass  # not launched (no process): ``config`` starts it and raises why
-
-    def config(self) -> dict[str, Any]:
-        """The connector's extra config that points it at the server (started on first call)."""
-        if not self.started:
-            if self.server.proc is not None:  # launched ahead
-                self.server.ready()
-            else:
-                self.server.start()
-            self.started = True
-            self._launch_spare()
-        return self.server.connector_config()
-
-    def lose(self) -> str:
-        """Lose what the server holds (a restart: its L1 store is memory; or the switch to the spare,
-        which never held anything); say how."""
-        if self._spare is None or self._spare.owner != os.getpid():
-            self.server.restart()
-            return self.LOST
-        old, self.server, self._spare = self.server, self._spare, None
-        old.interrupt()
-        self._retired.append(old)
-        self.server.ready()
-        self._launch_spare()
-        return self.LOST
-
-    def _launch_spare(self) -> None:
-        if self._keeps_spare:
-            self._count += 1
-            self._spare = self._new(self._log.with_name(f"{self._log.stem}-{self._count}{self._log.suffix}"))
-            self._spare.launch()
-
-    @property
-    def ready_s(self) -> float | None:
-        return self.server.ready_s if self.started else None
-
-    def stop(self) -> None:
-        """Stop every server it started (``stop_all``)."""
-        self.stop_all([self])
-
-    @staticmethod
-    def stop_all(services: Iterable[LMCacheService]) -> None:
-        """Stop every server of ``services``: all asked at once, then each reaped (an idle server takes
-        4 s to shut down on two cores: one after another, the spare and the server in use cost a cell 8 s)."""
-        servers = [server for service in services
-                   for server in (*service._retired, *([service._spare] if service._spare else []), service.server)]
-        for server in servers:
-            server.interrupt()
-        for server in servers:
-            server.stop()  # a server never started or already gone: nothing to do

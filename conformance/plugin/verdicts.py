@@ -253,7 +253,8 @@ def _connector_identity(spec: str) -> dict[str, Any]:
 def _supplied(connector: Any) -> list[str]:
     """What the suite supplies for ``connector`` instead of the user (its servers, its transfer
     worker), in words."""
-    from conformance.levels.subject import LMCacheService, offloading_worker
+    from conformance.levels.services import LMCacheService
+    from conformance.levels.subject import offloading_worker
 
     return ([LMCacheService.describe(connector)] if LMCacheService.wanted_by(connector) else []) + [
         said for child in [connector.extra_config, *connector.children] if (said := offloading_worker(child))]

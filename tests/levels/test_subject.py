@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.levels.diagnosis import refuses_platform
 from conformance.levels.subject import (
     CONNECTOR_CAPABILITIES,
     ConnectorChoice,
@@ -13,7 +14,6 @@ from conformance.levels.subject import (
     parse_capabilities,
     parse_capacity,
     parse_min_span,
-    refuses_platform,
     span_pad,
 )
 from conformance.verdict.clauses import CLAUSES, disabled_reason
@@ -168,7 +168,7 @@ def test_a_storage_hook_damages_what_the_suite_cannot_see():
 def test_what_the_suite_started_reaches_a_multiconnectors_children():
     """LMCache's server, started for an LMCacheMPConnector child, is handed to the children too (a
     child's own setting wins); a MultiConnector with such a child wants the server."""
-    from conformance.levels.subject import LMCacheService
+    from conformance.levels.services import LMCacheService
 
     extra = '{"connectors": [{"kv_connector": "LMCacheMPConnector"}, {"kv_connector": "ExampleConnector", ' \
             '"kv_connector_extra_config": {"shared_storage_path": "{storage}/b", "lmcache.mp.port": 7}}]}'
@@ -182,7 +182,7 @@ def test_what_the_suite_started_reaches_a_multiconnectors_children():
 def test_a_connector_that_starts_its_own_server_is_given_none():
     """An LMCacheMPConnector (or subclass) declared own-server, or pointed at a server, is judged with
     its own: the suite starts none and supplies nothing (``connector.supplied`` is empty)."""
-    from conformance.levels.subject import LMCacheService
+    from conformance.levels.services import LMCacheService
 
     assert LMCacheService.wanted_by(ConnectorChoice.parse("LMCacheMPConnector"))
     assert not LMCacheService.wanted_by(ConnectorChoice.parse("LMCacheMPConnector", capabilities="own-server"))
@@ -207,7 +207,7 @@ def test_kv_transfer_config_fields_reach_vllms_config_as_the_deployment_sets_the
 
 
 def test_advice_is_given_only_where_the_error_names_what_to_pass():
-    from conformance.levels.subject import cannot_run_here, missing_module
+    from conformance.levels.diagnosis import cannot_run_here, missing_module
 
     said = cannot_run_here("C", "ValueError: C needs kv_load_failure_policy='recompute'")
     assert said.endswith("pass --kv-transfer-config kv_load_failure_policy=VALUE")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conformance.levels.subject import LMCacheService
+from conformance.levels.services import LMCacheService
 from conformance.stores.lmcache_forks import ForkServer
 
 pytestmark = pytest.mark.engine

@@ -93,7 +93,7 @@ def fake_server_python(tmp_path) -> str:
 def test_an_engine_cells_server_loses_its_content_by_switching_to_a_spare_started_ahead(tmp_path):
     """With ``spare``, a server is launched beside the one in use; losing the content switches to it
     (never a restart waited for) and interrupts the old one; every server is stopped at the end."""
-    from conformance.levels.subject import LMCacheService
+    from conformance.levels.services import LMCacheService
 
     service = LMCacheService(tmp_path / "lmcache-server.log", chunk_size=64, python=fake_server_python(tmp_path),
                              spare=True)
@@ -113,7 +113,7 @@ def test_an_engine_cells_server_loses_its_content_by_switching_to_a_spare_starte
 
 
 def test_a_server_launched_ahead_that_cannot_start_says_why_when_it_is_asked_for(tmp_path):
-    from conformance.levels.subject import LMCacheService
+    from conformance.levels.services import LMCacheService
 
     service = LMCacheService(tmp_path / "lmcache-server.log", chunk_size=64, python=fake_python(tmp_path, "0.3.15"),
                              spare=True)
@@ -125,7 +125,7 @@ def test_a_server_launched_ahead_that_cannot_start_says_why_when_it_is_asked_for
 def test_without_a_spare_losing_the_content_restarts_the_server(tmp_path):
     """The connector level asks for no spare (its clauses run in forked children, and a spare their
     parent launched would end with the thread that started it): ``lose`` restarts, as before."""
-    from conformance.levels.subject import LMCacheService
+    from conformance.levels.services import LMCacheService
 
     service = LMCacheService(tmp_path / "lmcache-server.log", chunk_size=64, python=fake_server_python(tmp_path))
     first = service.config()["lmcache.mp.port"]
@@ -152,7 +152,7 @@ def test_a_spare_asked_for_long_after_its_launch_is_checked_not_timed_out(tmp_pa
 def test_a_cells_servers_are_all_asked_to_stop_before_any_is_waited_for(tmp_path):
     """An idle LMCache server takes seconds to shut down: the spare and the server in use are asked
     together, not one after the other's exit."""
-    from conformance.levels.subject import LMCacheService
+    from conformance.levels.services import LMCacheService
 
     python = fake_server_python(tmp_path)
     stops = str(tmp_path / "stops")

@@ -20,7 +20,7 @@ from conformance.levels.connector.runs import (
     PhantomHit,
     Run,
 )
-from conformance.levels.subject import cannot_run_here, missing_dependency, refuses_platform
+from conformance.levels.diagnosis import cannot_run_here, missing_dependency, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.guard import HarnessError
 from conformance.verdict.status import not_runnable

@@ -28,11 +28,8 @@ from conformance.levels.connector.runs import (
     judged_with,
 )
 from conformance.levels.connector.slots import backing_bytes, by_block, scatter_bytes, views_over
-from conformance.levels.subject import (
-    heard_degradation,
-    runs_degraded,
-    side_channel_ports,
-)
+from conformance.levels.diagnosis import heard_degradation, runs_degraded
+from conformance.levels.subject import side_channel_ports
 from conformance.verdict.guard import Guarded, HarnessError
 
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ from typing import Any, Callable, cast
 from conformance.levels.connector.eras import Era, select_era
 from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.connector.scenarios import FELL_BACK, axis_dtypes
-from conformance.levels.subject import ConnectorChoice, LMCacheService, span_pad
+from conformance.levels.services import LMCacheService
+from conformance.levels.subject import ConnectorChoice, span_pad
 
 LMCACHE_CHUNK_SIZE = 64  # a multiple of every block size the level draws
 

@@ -57,14 +57,8 @@ from conformance.levels.engine.roles import (
     side_of,
     world_of,
 )
-from conformance.levels.subject import (
-    ConnectorChoice,
-    LMCacheService,
-    damage_files,
-    side_channel_ports,
-    span_pad,
-    unreachable_storage,
-)
+from conformance.levels.services import LMCacheService
+from conformance.levels.subject import ConnectorChoice, damage_files, side_channel_ports, span_pad, unreachable_storage
 from conformance.stores.lmcache_forks import ForkServer
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.guard import HarnessError

@@ -15,6 +15,7 @@ import os
 import pytest
 
 from conformance.contract.spec import KVSpec
+from conformance.levels.diagnosis import cannot_run_here, missing_dependency, refuses_platform
 from conformance.levels.engine.cell import NotRunnable
 from conformance.levels.engine.child import DRAIN_S
 from conformance.levels.engine.compare import compare_runs, external_hits, external_hits_of
@@ -32,7 +33,7 @@ from conformance.levels.engine.roles import (
     STORED,
     TP_BASELINE,
 )
-from conformance.levels.subject import PRESSURE_FACTOR, cannot_run_here, missing_dependency, refuses_platform
+from conformance.levels.subject import PRESSURE_FACTOR
 from conformance.plugin.options import TENSOR_PARALLEL
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
