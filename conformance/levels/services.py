@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from conformance.levels.subject import ConnectorChoice
-from conformance.stores.lmcache_forks import ForkServer
-from conformance.stores.lmcache_server import LMCacheServer
+from conformance.servers.lmcache_forks import ForkServer
+from conformance.servers.lmcache_server import LMCacheServer
 
 DEFAULT_L1_GB = 0.25  # the L1 of the servers the suite starts, unless a declared capacity bounds it
 

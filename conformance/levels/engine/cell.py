@@ -59,7 +59,7 @@ from conformance.levels.engine.roles import (
 )
 from conformance.levels.services import LMCacheService
 from conformance.levels.subject import ConnectorChoice, damage_files, side_channel_ports, span_pad, unreachable_storage
-from conformance.stores.lmcache_forks import ForkServer
+from conformance.servers.lmcache_forks import ForkServer
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.guard import HarnessError
 

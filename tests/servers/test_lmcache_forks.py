@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conformance.levels.services import LMCacheService
-from conformance.stores.lmcache_forks import ForkServer
+from conformance.servers.lmcache_forks import ForkServer
 
 pytestmark = pytest.mark.engine
 

@@ -3,7 +3,7 @@
 An LMCacheMPConnector engine cell runs a server per world of its roles (and a spare to lose one),
 each a fresh ``python -m lmcache.v1.multiprocess.http_server`` of 6 s on two cores, most of it
 imports (torch, LMCache, and the L2 adapters its parser loads); four at a cell's start took 9-22 s
-each beside the engines. A fork server (``python -m conformance.stores.lmcache_forks``, in the
+each beside the engines. A fork server (``python -m conformance.servers.lmcache_forks``, in the
 stack's Python, with the servers' environment ``SERVER_ENV``) imports what a server imports once
 (``_warm``), then forks each server: the same module run as ``__main__`` with the same command
 line, in a session of its own, its output to its log; one is ready in 0.3 s, four in 1.4 s. LMCache

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from conformance.stores.lmcache_forks import SERVER_ENV, SERVER_MODULE, Forked, ForkServer
+from conformance.servers.lmcache_forks import SERVER_ENV, SERVER_MODULE, Forked, ForkServer
 from conformance.util import procs
 from conformance.util.versions import version_key
 

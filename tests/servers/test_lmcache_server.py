@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.stores.lmcache_server import LMCacheServer
+from conformance.servers.lmcache_server import LMCacheServer
 
 
 def fake_python(tmp_path, version: str, rc: int = 0) -> str:
