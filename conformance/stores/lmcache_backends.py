@@ -17,34 +17,9 @@ drives it through its own API, so the store clauses test what LMCache users run:
 * ``make_fs``: ``RemoteBackend`` with ``fs://`` (``FSConnector``: a metadata header and the
   bytes, one file per key).
 
-How a kvconform entry maps onto LMCache, as LMCache's vLLM integration maps a chunk:
+How a kvconform entry maps onto an LMCache chunk (metadata, key, bytes, scales) is
+``lmcache_chunks``. What each backend does with it:
 
-* **Metadata.** One ``LMCacheMetadata`` per spec, built as ``VllmServiceFactory`` builds it:
-  ``kv_dtype`` is the spec's *storage* dtype, the torch dtype vLLM hands LMCache
-  (``get_kv_cache_torch_dtype``: ``uint8`` for every vLLM fp8 string, the model dtype for
-  ``auto``); ``kv_shape = (num_layers=1, 2 or 1 for MLA, chunk_size, num_kv_heads,
-  head_size)``; ``use_mla`` for the MLA layout. The element format (e4m3 vs e5m2) has nowhere
-  to go: LMCache has no field for it, so none is invented here.
-* **Key.** ``CacheEngineKey(model_name, world_size=1, worker_id=0, chunk_hash, dtype=kv_dtype)``
-  with ``chunk_hash`` a 64-bit integer hash of the kvconform key string (in vLLM it is the
-  hash of a chunk's tokens). Nothing else goes into the key, because LMCache puts nothing else
-  in it: two specs whose storage dtypes agree (fp8_e4m3 and fp8_e5m2, both ``uint8``) get the
-  same key, and ``format_isolation`` is expected to fail on every adapter. That is the finding.
-* **Bytes.** One layer's entry is one chunk of ``num_blocks * block_size`` tokens (the chunk
-  size is set to that, so every entry is a full chunk). The entry's tensor, whatever its
-  strides, is gathered into LMCache's ``KV_2LTD`` layout ``[2, 1, tokens, heads*head_size]``
-  (``KV_MLA_FMT`` ``[1, 1, tokens, head_size]`` for MLA), the layout LMCache's vLLM GPU
-  connectors produce, and moved into a ``MemoryObj`` allocated by the backend's allocator
-  with LMCache's own host-copy helper ``gpu_ops.lmcache_memcpy_async_d2h``. That helper
-  copies bytes and checks only their count: a tensor of another size is refused with its
-  ``ValueError("Size mismatch ...")``; a tensor of another dtype of the same width is stored
-  as bytes, as LMCache would store it. ``get`` reverses this through
-  ``lmcache_memcpy_async_h2d`` and scatters the chunk back into the spec's layer layout.
-* **Scales.** LMCache has no place for ``k_scale``/``v_scale`` (neither ``MemoryObj``
-  metadata, ``RemoteMetadata`` nor the server protocol carries them), so no adapter claims
-  ``scales``; ``get`` returns 1.0 for both.
-* **Spec on get.** LMCache records dtype and shape, not the ``kv_cache_dtype`` string or the
-  layout; the entry returned carries the reader's spec, as the reading engine would assume.
 * **Overwrite.** Whatever the backend does: ``LocalCPUBackend`` and ``LocalDiskBackend`` keep
   the first entry under a key (a put of a present key is a no-op); redis, ``lm://`` and
   ``fs://`` replace it.
@@ -80,35 +55,31 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import logging
 import shutil
-import socket
-import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from conformance.contract.spec import KVSpec, Layout
+from conformance.contract.spec import KVSpec
 from conformance.contract.store import DAMAGE_KINDS, KVEntry, damaged
+from conformance.servers.child import ChildServer, start_server
 from conformance.stores import faults, lmcache_eras
+from conformance.stores.lmcache_chunks import cache_engine_key, from_chunk, lmcache_metadata, to_chunk
 from conformance.util import procs
 from conformance.verdict.guard import HarnessError
 
 log = logging.getLogger(__name__)
 
-MODEL_NAME = "kvconform/lmcache-adapter"  # one model: twins differ only in kv_cache_dtype
 WAIT_S = 20.0  # deadline for one LMCache put (below the suite's default --kv-timeout of 60 s)
 CLOSE_S = 10.0  # deadline for each step of close()
 _LOOP_STOP = "asyncio loop stop"
-START_S = 30.0  # deadline for a child server to accept connections
 CPU_POOL_GB = 0.0625  # LocalCPUBackend pool (allocated up front); the largest entry is 0.5 MiB
 
 
@@ -122,85 +93,6 @@ class ServerGone(HarnessError):
     A store that lost its data because its server died is an infrastructure fault, not a
     conformance verdict: neither a Fail ("stored entry lost") nor a Pass (an expected miss).
     """
-
-
-# -- the mapping: spec -> LMCache metadata, key and chunk layout ------------------------------
-@dataclass(frozen=True)
-class ChunkLayout:
-    """Where one layer's entry sits in LMCache: its metadata, memory format and token count."""
-
-    metadata: Any  # LMCacheMetadata
-    fmt: Any  # MemoryFormat
-    num_tokens: int
-
-    @property
-    def shapes(self) -> list[torch.Size]:
-        return self.metadata.get_shapes(self.num_tokens)
-
-    @property
-    def dtypes(self) -> list[torch.dtype]:
-        return self.metadata.get_dtypes()
-
-
-def lmcache_metadata(spec: KVSpec) -> ChunkLayout:
-    """``LMCacheMetadata`` for ``spec`` as LMCache's vLLM integration builds it for a worker."""
-    from lmcache.v1.memory_management import MemoryFormat
-    from lmcache.v1.metadata import LMCacheMetadata
-
-    mla = spec.layout is Layout.MLA
-    tokens = spec.num_blocks * spec.block_size
-    metadata = LMCacheMetadata(
-        model_name=MODEL_NAME, world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
-        kv_dtype=spec.storage_dtype,  # uint8 for every vLLM fp8 string, as vLLM hands it over
-        kv_shape=(1, 1 if mla else 2, tokens, spec.num_kv_heads, spec.head_size),
-        use_mla=mla, chunk_size=tokens)
-    return ChunkLayout(metadata, MemoryFormat.KV_MLA_FMT if mla else MemoryFormat.KV_2LTD, tokens)
-
-
-def chunk_hash(key: str) -> int:
-    """The chunk hash standing in for a token-chunk hash: 64 bits of BLAKE2b of the key."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
-
-
-def cache_engine_key(key: str, spec: KVSpec) -> Any:
-    """``CacheEngineKey`` as LMCache builds it: model, world size, worker, chunk hash, kv_dtype."""
-    from lmcache.utils import CacheEngineKey
-
-    return CacheEngineKey(MODEL_NAME, 1, 0, chunk_hash(key), spec.storage_dtype)
-
-
-def to_chunk(tensor: torch.Tensor, spec: KVSpec) -> torch.Tensor:
-    """The layer's logical content in LMCache's chunk layout, contiguous.
-
-    ``[2, 1, tokens, heads*head_size]`` (``KV_2LTD``) or ``[1, 1, tokens, head_size]`` for MLA.
-    The block count comes from the tensor itself, so a tensor of another shape than its spec
-    gives a chunk of another size (which LMCache's copy then refuses).
-    """
-    t = tensor.detach()
-    if spec.layout is Layout.KV_FIRST:  # (2, B, N, H, D)
-        kv = t
-    elif spec.layout is Layout.BLOCKS_FIRST:  # (B, 2, N, H, D)
-        kv = t.transpose(0, 1)
-    elif spec.layout is Layout.FUSED:  # (B, H, N, 2D): K | V in the last dim
-        d = t.shape[-1] // 2
-        kv = torch.stack((t[..., :d], t[..., d:])).permute(0, 1, 3, 2, 4)  # (2, B, N, H, D)
-    else:  # MLA (B, N, D)
-        return t.reshape(1, 1, -1, t.shape[-1]).contiguous()
-    return kv.reshape(2, 1, -1, kv.shape[-2] * kv.shape[-1]).contiguous()
-
-
-def from_chunk(chunk: torch.Tensor, spec: KVSpec) -> torch.Tensor:
-    """The inverse of ``to_chunk``: a contiguous tensor of the spec's layer shape."""
-    b, n, h, d = spec.num_blocks, spec.block_size, spec.num_kv_heads, spec.head_size
-    if spec.layout is Layout.MLA:
-        return chunk.reshape(b, n, d).contiguous()
-    kv = chunk.reshape(2, b, n, h, d)
-    if spec.layout is Layout.KV_FIRST:
-        return kv.contiguous()
-    if spec.layout is Layout.BLOCKS_FIRST:
-        return kv.transpose(0, 1).contiguous()
-    k, v = kv.permute(0, 1, 3, 2, 4)  # each (B, H, N, D)
-    return torch.cat((k, v), dim=-1).contiguous()
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -403,82 +295,6 @@ class _LoopThread:
             raise TimeoutError("the asyncio loop did not stop")
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen, what: str, log_path: Path) -> None:
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} before listening on "
-                               f"127.0.0.1:{port}; log {log_path}: {_tail(log_path)}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    _stop(proc)
-    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {START_S:g}s; "
-                       f"log {log_path}: {_tail(log_path)}")
-
-
-def _tail(path: Path, n: int = 400) -> str:
-    return procs.log_tail(path, n).strip() or "(empty)"
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    procs.stop(proc, grace_s=5)
-
-
-class ChildServer:
-    """A server process a factory started, and whether it is still there to answer."""
-
-    def __init__(self, what: str, port: int, proc: subprocess.Popen) -> None:
-        self.what = what
-        self.port = port
-        self.proc = proc
-        self.killed_by = ""  # why the suite killed it (fault injection), if it did
-        self._gone: str | None = None
-
-    def gone(self) -> str | None:
-        """Why the server can no longer be trusted, or None while its process runs.
-
-        A dead process is permanent, so the text is computed once: every later call raises
-        the same message. A server that runs but hangs is the watchdog's (``--kv-timeout``).
-        """
-        if self._gone is None and self.proc.poll() is not None:
-            code = self.proc.returncode
-            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            why = f"; {self.killed_by}" if self.killed_by else ""
-            self._gone = (f"{self.what} at 127.0.0.1:{self.port} stopped answering: "
-                          f"{_connect_error(self.port)} (pid {self.proc.pid} {how}{why})")
-        return self._gone
-
-    def kill(self, reason: str) -> None:
-        """SIGKILL the server and reap it, so the next call sees it dead (fault injection)."""
-        self.killed_by = reason
-        log.warning("%s: %s", self.what, reason)
-        self.proc.kill()
-        self.proc.wait(5)
-
-    def stop(self) -> None:
-        _stop(self.proc)
-
-
-def _connect_error(port: int) -> str:
-    """What a client gets now from 127.0.0.1:PORT, e.g. ``ConnectionRefusedError: ...``."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-            return "the port still accepts connections (another process holds it)"
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
-def _start(argv: list[str], what: str, workdir: Path, port: int) -> ChildServer:
-    """Start a child server logging to ``workdir/WHAT.log``; return once it accepts connections."""
-    log_path = workdir / f"{what}.log"
-    proc = procs.spawn(argv, log_path, cwd=workdir, die_with_parent=True)
-    _wait_for_port(port, proc, what, log_path)
-    return ChildServer(what, port, proc)
-
-
 def _damage_file(path: Path, spec: KVSpec, how: str) -> None:
     path.write_bytes(damaged(path.read_bytes(), how, element_size=spec.storage_dtype.itemsize))
 
@@ -546,7 +362,7 @@ def make_redis(workdir: Path) -> LMCacheBackendStore:
     data = Path(workdir) / "redis-data"
     data.mkdir(parents=True, exist_ok=True)
     port = procs.free_port()
-    server = _start([exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
+    server = start_server([exe, "--bind", "127.0.0.1", "--port", str(port), "--dir", str(data),
                      "--save", "", "--appendonly", "no", "--daemonize", "no"],
                     "redis-server", Path(workdir), port)
     cleanups = [("redis-server stop", server.stop)]
@@ -578,7 +394,7 @@ def make_redis(workdir: Path) -> LMCacheBackendStore:
 def make_lm_server(workdir: Path) -> LMCacheBackendStore:
     """``RemoteBackend`` with ``lm://`` against ``python -m lmcache.v1.server 127.0.0.1 PORT cpu``."""
     port = procs.free_port()
-    server = _start([sys.executable, "-m", "lmcache.v1.server", "127.0.0.1", str(port), "cpu"],
+    server = start_server([sys.executable, "-m", "lmcache.v1.server", "127.0.0.1", str(port), "cpu"],
                     "lmcache-server", Path(workdir), port)
     try:
         return _remote_store("lmcache RemoteBackend lm://", workdir, f"lm://127.0.0.1:{port}",
@@ -605,6 +421,5 @@ def make_fs(workdir: Path) -> LMCacheBackendStore:
                          damage_factory=damage_factory, cleanups=[])
 
 
-__all__ = ["ChildServer", "LMCacheBackendStore", "LMCacheHang", "ServerGone", "make_fs",
-           "make_lm_server", "make_local_cpu", "make_local_disk", "make_redis", "lmcache_metadata",
-           "cache_engine_key", "chunk_hash", "to_chunk", "from_chunk"]
+__all__ = ["LMCacheBackendStore", "LMCacheHang", "ServerGone", "make_fs",
+           "make_lm_server", "make_local_cpu", "make_local_disk", "make_redis"]
