@@ -4,6 +4,9 @@ Each example is two engine lifetimes without an engine (see ``conformance.levels
 store run whose "model" wrote drawn bit patterns into a cache of a drawn layout and dtype, and a
 load run of a fresh connector pair into another cache filled with other patterns. The load run
 schedules a neighbour request first, so the loaded request's blocks differ from the stored ones.
+
+Over 450 lines: one test per clause of the store-and-load family, sharing the draw and the two-run
+shape at the top; the lifecycle, workload and P/D clauses have modules of their own.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ a load: MLA on CPU, and a concurrent batch (vLLM is not batch-invariant, and an 
 the batch's composition). There tokens must
 match and each logprob stay within a measured tolerance (``comparison_tolerance``), and the
 message names it. Prompts served one by one are always compared as bits.
+
+Over 450 lines: one short test per engine clause, each reading the same cell's runs; what they share
+(the cell, the comparisons) lives in ``cell``, ``roles``, ``prompts`` and ``compare``.
 """
 
 import os
