@@ -159,9 +159,11 @@ class EngineCell:
             self.server(world)
         self.loss = ""  # how the suite last damaged the storage (lose_storage); "" while intact
         self.storage = self.storage_of(ACROSS)  # what the store engine writes and lose_storage damages
-        # Two lanes: the SECOND_LANE roles of the clauses selected (``clauses``) run beside the rest.
+        # Two lanes: the SECOND_LANE roles of the clauses selected (``clauses``) run beside the rest,
+        # in SECOND_LANE's order (never the selection's: a set's order changes with the hash seed,
+        # and with it which engine a hanging connector stalls first).
         self.lanes = lanes
-        self._ahead_roles = list(dict.fromkeys(r for c in clauses for r in SECOND_LANE.get(c, ())))
+        self._ahead_roles = list(dict.fromkeys(r for c, roles in SECOND_LANE.items() if c in clauses for r in roles))
         self._ahead: dict[str, Future[EngineRun]] = {}
         self._lane: ThreadPoolExecutor | None = None
 

@@ -375,3 +375,21 @@ def test_a_declared_min_span_lengthens_every_prompt_by_whole_blocks():
     assert shared[0][:2 * 32 + 256] == shared[1][:2 * 32 + 256]
     pressure = pressure_batches(1 << 20, 1024, 32, pad=256)
     assert isinstance(pressure, dict) and min(map(len, pressure["pressure"]["prompts"])) > 256
+
+
+def test_the_second_lanes_order_is_its_own_not_the_selections(tmp_path):
+    """The clauses selected arrive as a set, whose order changes with the hash seed: the second lane
+    runs its roles in SECOND_LANE's order whatever it is, so a hanging connector always stalls the
+    same engine first (the LoRA one, the lane's first with the connector)."""
+    from conformance.levels.engine.cell import EngineCell
+    from conformance.levels.engine.roles import EMBEDS, LORA, SECOND_LANE
+    from conformance.levels.subject import ConnectorChoice
+
+    def ahead(selected):
+        return EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
+                          kv_cache_dtype="auto", block_size=16, workdir=tmp_path / "w", timeout_s=5,
+                          python="python", hosted=False, lanes=2, clauses=selected)._ahead_roles
+
+    everything = list(SECOND_LANE)
+    assert ahead(everything) == ahead(everything[::-1]) == [r for roles in SECOND_LANE.values() for r in roles]
+    assert ahead(everything[::-1])[1:3] == [LORA, EMBEDS]
