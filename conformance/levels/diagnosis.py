@@ -9,6 +9,12 @@ import logging
 import re
 from typing import Iterator
 
+# How a connector says this machine is not one it runs on (vLLM's CPU offloading worker: "CPU
+# Offloading is currently only supported on CUDA-alike and XPU GPUs"; a load path that moves
+# tensors to CUDA: "Found no NVIDIA driver on your system"). Said while it is built or registers
+# its caches, before any KV moved, it is Not runnable with those words, not the connector's Fail.
+# "re-initialize CUDA in forked subprocess": a CUDA call in a process forked after torch touched CUDA
+# (the suite forks each clause's process), which on any machine means no usable device there.
 _REFUSAL = re.compile(r"only supported on|not supported on|no NVIDIA driver|not compiled with CUDA|"
                       r"re-initialize CUDA in forked subprocess|requires? (a |an )?(CUDA|GPU|NVIDIA|XPU)", re.IGNORECASE)
 _DEVICE = re.compile(r"\b(CUDA|CUDA-alike|GPUs?|XPU|ROCm|NVIDIA|HPU|TPU|NPU)\b", re.IGNORECASE)

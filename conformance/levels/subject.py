@@ -173,12 +173,6 @@ class ConnectorChoice:
         return base is not None and isinstance(cls, type) and issubclass(cls, base)
 
 
-# How a connector says this machine is not one it runs on (vLLM's CPU offloading worker: "CPU
-# Offloading is currently only supported on CUDA-alike and XPU GPUs"; a load path that moves
-# tensors to CUDA: "Found no NVIDIA driver on your system"). Said while it is built or registers
-# its caches, before any KV moved, it is Not runnable with those words, not the connector's Fail.
-# "re-initialize CUDA in forked subprocess": a CUDA call in a process forked after torch touched CUDA
-# (the suite forks each clause's process), which on any machine means no usable device there.
 # What damaging a connector's files did, by ``damaged``'s kind, for the verdicts' messages.
 FILE_DAMAGE = {"flip_middle": "flipped the middle byte of each of the {n} files the connector stored",
                "truncate": "cut the last byte off each of the {n} files the connector stored",
