@@ -296,6 +296,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "an engine of another kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the same "
            "storage misses or refuses cleanly: never served the other format's bytes, never crashes",
            requires=_ACROSS, needs_load=True),
+    Clause("engine_model_isolation", _ENGINE,
+           "a fresh engine of another checkpoint of the model (same architecture and KV geometry, other weights, "
+           "another directory: a fine-tune served beside its base) over the storage an engine of the model wrote "
+           "produces vLLM's own output for that checkpoint (bits): never served the first model's KV, never "
+           "crashes; and the model's own fresh engine loads (else Not exercised)",
+           requires=_ACROSS, needs_load=True),
     Clause("engine_block_boundaries", _ENGINE,
            "prompts one short of, at, and one past block multiples, and a prompt extending a "
            "stored prefix, load bit-identically",
@@ -343,7 +349,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "engine_effective_dtype", "engine_block_boundaries", "engine_shared_prefix", "engine_concurrent_requests"),
     "format isolation": (
         "format_isolation", "mismatch_rejection", "api_format_isolation", "api_model_isolation", "api_pd_format_isolation",
-        "engine_format_isolation"),
+        "engine_format_isolation", "engine_model_isolation"),
     "damaged or lost storage": (
         "corruption_detected", "api_damaged_storage", "api_load_errors_reported", "api_pd_lost_peer",
         "engine_lost_storage", "engine_load_failure_recompute"),

@@ -141,7 +141,7 @@ def test_engine_cells_and_conditional_expectations():
     assert "--kv-connector=ExampleConnector" in example.args and "--kv-cache-dtype=fp8_e5m2" in example.args
     assert set(example.expected_failures) == {"engine_format_isolation", "engine_load_failure_recompute",
                                               "engine_cache_salt", "engine_lora_isolation", "engine_shared_prefix",
-                                              "engine_prompt_embeds", "engine_block_size"}
+                                              "engine_prompt_embeds", "engine_block_size", "engine_model_isolation"}
     # LMCache's expectations are conditional on the dtype: uint8 keys for fp8, a scheduler crash for auto.
     auto = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, auto, LMCacheMPConnector)"].expected_failures
     fp8 = cells["cell(vllm-0.32.0, lmcache-0.5.6, qwen3-tiny, fp8_e5m2, LMCacheMPConnector)"].expected_failures

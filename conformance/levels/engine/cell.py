@@ -3,8 +3,8 @@
 Engines are expensive (seconds each on two cores), so a cell starts each *role* once and every
 scenario reads the same runs: a no-connector baseline, one engine that stores, resets its own
 prefix cache and loads again (every connector), and for a connector whose cache outlives its
-engine: a store engine, a fresh load engine, a load engine under the format twin (plus its
-baseline), and a load engine after the storage was damaged. Runs happen on first use, in
+engine: a store engine, a fresh load engine, a load engine under the format twin and one of another
+checkpoint of the model (plus their baselines), and a load engine after the storage was damaged. Runs happen on first use, in
 dependency order (with two lanes, the roles no other role touches start beside the rest once the
 baseline ran: ``SECOND_LANE``), and are kept with their timings; the no-connector baselines may come from a
 matrix run's ``BaselineStore`` instead (same spec, same Python: the same run).
@@ -45,6 +45,8 @@ from conformance.levels.engine.roles import (
     LORA,
     NO_CONNECTOR,
     REPLAY,
+    RETRAINED_BASELINE,
+    RETRAINED_LOAD,
     SAME_ENGINE,
     SECOND_LANE,
     SPLIT_AT,
@@ -103,8 +105,12 @@ NOT_STARTED = "not started: "  # a role's run after another engine of the cell h
 class EngineCell:
     def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
                  workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None,
-                 hosted: bool = True, lanes: int = 1, clauses: Collection[str] = (), tensor_parallel: int = 1) -> None:
+                 hosted: bool = True, lanes: int = 1, clauses: Collection[str] = (), tensor_parallel: int = 1,
+                 retrained: Callable[[], Path] | None = None) -> None:
         self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
+        # Another checkpoint of the model, made on first ask (None: the model is the user's directory).
+        self._retrained: Callable[[], Path] | Path | None = retrained
+        self._retrained_lock = threading.Lock()
         self.tensor_parallel = tensor_parallel
         self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
         workdir.mkdir(parents=True, exist_ok=True)
@@ -231,11 +237,13 @@ class EngineCell:
     # -- engines --------------------------------------------------------------------------------
     def _spec(self, kv_cache_dtype: str, role: str | None, batches: list[str],
               load_failure_policy: str | None = None, reload: list[str] | None = None,
-              then: list[str] | None = None) -> dict[str, Any]:
+              then: list[str] | None = None, model: Path | None = None) -> dict[str, Any]:
         """An engine's spec: no connector when ``role`` is None; ``reload`` batches run after the
-        engine reset its own prefix cache (a second phase), ``then`` after it reset it again (a third)."""
+        engine reset its own prefix cache (a second phase), ``then`` after it reset it again (a third);
+        ``model``: another directory than the cell's model."""
         phases = [batches, reload or [], then or []]
-        spec: dict[str, Any] = {"model": str(self.model), "kv_cache_dtype": kv_cache_dtype,
+        model = model or self.model
+        spec: dict[str, Any] = {"model": str(model), "kv_cache_dtype": kv_cache_dtype,
                                 "block_size": self.block_size, "torch_threads": ENGINE_THREADS,
                                 "batches": [{**self.batches[b], "phase": i} if i else self.batches[b]
                                             for i, names in enumerate(phases) for b in names]}
@@ -247,7 +255,7 @@ class EngineCell:
             storage.mkdir(parents=True, exist_ok=True)
             kv_role = {"producer": "kv_producer", "consumer": "kv_consumer"}.get(role)
             spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage),
-                                                               role=kv_role, model=self.model.name)
+                                                               role=kv_role, model=model.name)
             if load_failure_policy:
                 spec["connector"]["kv_load_failure_policy"] = load_failure_policy
         return spec
@@ -278,6 +286,8 @@ class EngineCell:
             "load": lambda: self._spec(dtype, "load", load),
             "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),
             "twin_load": lambda: self._spec(self.twin_dtype, "twin_load", load),
+            RETRAINED_BASELINE: lambda: self._spec(dtype, None, load, model=self.retrained_model),
+            RETRAINED_LOAD: lambda: self._spec(dtype, RETRAINED_LOAD, load, model=self.retrained_model),
             "after_loss": lambda: self._spec(dtype, "after_loss", load),
             "after_loss_recompute": lambda: self._spec(dtype, "after_loss_recompute", load, "recompute"),
             # A cache of one usable block more than a "reused" prompt takes (vLLM's null block besides),
@@ -314,6 +324,17 @@ class EngineCell:
         """The block size engine_block_size restarts at: twice the cell's (vLLM-CPU's attention takes
         multiples of 32; a backend that takes one size only, as its MLA does, runs both at that size)."""
         return 2 * self.block_size
+
+    @property
+    def retrained_model(self) -> Path:
+        """Another checkpoint of the cell's model (engine_model_isolation), made once, whichever lane asks first."""
+        with self._retrained_lock:
+            if self._retrained is None:
+                raise NotRunnable("the model is a directory (--kv-model PATH): the suite makes another checkpoint "
+                                  "only of its own model recipes")
+            if not isinstance(self._retrained, Path):
+                self._retrained = self._retrained()
+            return self._retrained
 
     @property
     def twin_dtype(self) -> str:
@@ -356,8 +377,11 @@ class EngineCell:
             self._ahead[role] = self._lane.submit(self._start, role)
 
     def _start(self, role: str) -> EngineRun:
-        intact = ["store", "load", "twin_load"]
-        needs = {"load": ["store"], "twin_load": ["store"], "after_loss": intact, "after_loss_recompute": intact,
+        intact = ["store", "load", "twin_load", RETRAINED_LOAD]
+        # The other checkpoint's engine after the load engine: a connector blind to the model stores its
+        # KV under the prompts' keys, which the load engine would then be served.
+        needs = {"load": ["store"], "twin_load": ["store"], RETRAINED_LOAD: ["store", "load"],
+                 "after_loss": intact, "after_loss_recompute": intact,
                  "reuse_load": ["reuse_store"], "prefix_load": ["prefix_store"], "pressure_load": ["pressure_store"],
                  "tp_load": ["tp_store"], "bs_load": ["bs_store"]}
         for dep in needs.get(role, []):
@@ -502,7 +526,8 @@ class EngineCell:
         if not engine.ok:
             if engine.suite_error:
                 raise HarnessError(engine.describe_failure())
-            raise NotRunnable(f"vLLM cannot run {self.model.name} with kv_cache_dtype={dtype} here: {engine.error}")
+            model = self.retrained_model if role == RETRAINED_BASELINE else self.model
+            raise NotRunnable(f"vLLM cannot run {model.name} with kv_cache_dtype={dtype} here: {engine.error}")
         resolved = (engine.result.get("resolved") or {}).get("cache_dtype")
         if resolved is not None and resolved != dtype:  # vLLM's choice, before any connector: nothing to judge
             said = "; ".join(engine.result.get("warnings") or ()) or "no warning logged"

@@ -29,12 +29,17 @@ TP_BASELINE = "tp_baseline"
 # vLLM's own output at the other is the reference.
 BLOCK_ROLES = ("bs_store", "bs_load")
 BLOCK_BASELINE = "bs_baseline"
+# Another checkpoint of the model (same architecture and KV geometry, other weights, another directory:
+# a fine-tune served beside its base): a fresh engine of it asks for what the store engine stored, and
+# vLLM's own output of that checkpoint is the reference.
+RETRAINED_LOAD = "retrained_load"
+RETRAINED_BASELINE = "retrained_baseline"
 # The first engine over its (empty) storage:
 COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store", "tp_store", "bs_store")
 # Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
 # connector the suite starts LMCache's server for, a server of its own (``EngineCell.server``). The
 # roles that must start cold or run on the second lane have one each, so none warms, empties or
-# waits for another's; the cross-engine roles (store, load, the format twin, after a loss) share ACROSS.
+# waits for another's; the cross-engine roles (store, load, the format twin, the other checkpoint, after a loss) share ACROSS.
 ACROSS = ""
 WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", EMBEDS: "embeds", **dict.fromkeys(PD_ROLES, "pd"),
           **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix"),
@@ -49,8 +54,8 @@ def world_of(role: str) -> str:
 # The engines that read what another engine stored (or was handed: the P/D consumer), which in
 # production is a separately started process: they run in an interpreter of their own, started with
 # another hash seed than the cell's other engines (``separate``: another host, or fresh processes).
-SECOND_ENGINE = ("load", "twin_load", *AFTER_LOSS, "reuse_load", "prefix_load", "pressure_load", "consumer", "tp_load",
-                 "bs_load")
+SECOND_ENGINE = ("load", "twin_load", RETRAINED_LOAD, *AFTER_LOSS, "reuse_load", "prefix_load", "pressure_load",
+                 "consumer", "tp_load", "bs_load")
 
 
 def side_of(role: str) -> str:
@@ -59,7 +64,8 @@ def side_of(role: str) -> str:
     return separate.SECOND if role in SECOND_ENGINE else separate.FIRST
 
 
-NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE, BLOCK_BASELINE)  # vLLM alone: shared between cells (BaselineStore)
+# vLLM alone: shared between cells (BaselineStore)
+NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE, BLOCK_BASELINE, RETRAINED_BASELINE)
 # Roles whose engine settings the baseline does not share (LoRA or prompt embeddings on; a cache of a few blocks): when
 # one fails, the same engine without the connector says whether vLLM runs those settings here at all.
 OWN_SETTINGS = (LORA, EMBEDS, "reuse_store")
@@ -75,7 +81,8 @@ STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "p
 # lanes they run on the second, beside the rest, once the baseline has shown vLLM runs the cell.
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
 # before, on first use.
-SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
+SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_model_isolation": (RETRAINED_BASELINE,),
+               "engine_lora_isolation": (LORA,),
                "engine_prompt_embeds": (EMBEDS,),
                "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES,
                "engine_cache_pressure": PRESSURE_ROLES, "engine_block_size": (BLOCK_BASELINE, *BLOCK_ROLES)}

@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from conformance.levels.engine.roles import connected
 from conformance.verdict.clauses import CLAUSES
 
 pytestmark = pytest.mark.engine
@@ -88,6 +89,9 @@ def test_example_connector(run_suite, dtype):
     # block size is served rows of the old geometry as KV.
     (geometry,) = [t for t in run.results["tests"] if t["clause"] == "engine_block_size"]
     assert geometry["status"] == "Fail" and "engine B at block size 64" in geometry["message"], geometry
+    # Nor the model: an engine of another checkpoint of it is served the first model's KV.
+    (model,) = [t for t in run.results["tests"] if t["clause"] == "engine_model_isolation"]
+    assert model["status"] == "Fail" and "It was served the first model's KV" in model["message"], model
     timings = run.results["connector"]["engine_timings"]
     assert {"baseline", "store", "load"} <= set(timings)
 
@@ -102,8 +106,9 @@ def test_lmcache_mp_connector_with_its_real_server(run_suite, dtype):
     # baseline's; compared as bits, that once failed a clause in CI in four runs (a decode step 3
     # bits off, no connector needed: benchmarks/batch_composition_noise.py). Now within tolerance.
     # A restarted server has lost its store: the load misses and vLLM recomputes, under either policy.
+    # Its chunk keys carry the model's name: another checkpoint's engine misses.
     survives = PASSING | {"engine_lost_storage", "engine_load_failure_recompute", "engine_cache_salt",
-                          "engine_shared_prefix"}
+                          "engine_shared_prefix", "engine_model_isolation"}
     assert {c for c in survives if statuses.get(c) != "Pass"} == set(), run.output[-4000:]
     # Its key takes the cache_salt but not the LoRA adapter (LMCache's adapter takes no LoRA id), nor
     # the block size its chunks' rows are laid out for.
@@ -241,6 +246,22 @@ def test_an_engine_restarted_at_another_block_size_is_served_right_or_nothing(ru
     assert test["status"] == verdict, run.output[-3000:]
     if verdict == "Fail":
         assert "engine B at block size 64" in test["message"] and "stored at block size 32" in test["message"], test
+
+
+@pytest.mark.parametrize("connector, verdict", [
+    ("conformance.zoo.good.lifecycle:LifecycleConnector", "Pass"),
+    ("conformance.zoo.connectors.model_blind:ModelBlindConnector", "Fail"),
+])
+def test_an_engine_of_another_checkpoint_is_never_served_the_first_models_kv(run_suite, connector, verdict):
+    """A fresh engine of another checkpoint of the model (other weights, another directory) over the
+    same storage: the control keys its KV by the model and misses (its own fresh engine loads, so the
+    miss is judged); its twin, keyed without the model as ExampleConnector is, serves the first
+    model's KV, and the other checkpoint's output is not vLLM's own."""
+    run = engine_suite(run_suite, connector, "auto", "-k", "model_isolation")
+    (test,) = run.results["tests"]
+    assert test["status"] == verdict, run.output[-3000:]
+    if verdict == "Fail":
+        assert "another checkpoint of the model" in test["message"] and "first model's KV" in test["message"], test
 
 
 @pytest.mark.parametrize("capabilities, verdicts", [
@@ -414,8 +435,7 @@ def test_a_connector_that_hangs_on_load_costs_one_engine_deadline(run_suite):
     run = engine_suite(run_suite, "conformance.zoo.connectors.hanging:HangingConnector", "auto",
                        "--kv-engine-timeout=60")
     timings = run.results["connector"]["engine_timings"]
-    connector_roles = {r: t for r, t in timings.items() if isinstance(t, dict) and "wall_s" in t
-                       and r not in ("baseline", "twin_baseline")}
+    connector_roles = {r: t for r, t in timings.items() if isinstance(t, dict) and "wall_s" in t and connected(r)}
     waited = [r for r, t in connector_roles.items() if t["wall_s"] >= 60]
     # At most one per lane: the second lane's first connector engine (LoRA) hangs beside the first.
     assert 1 <= len(waited) <= timings["lanes"] == 2, timings
