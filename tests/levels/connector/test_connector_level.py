@@ -22,15 +22,15 @@ API_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "connector"}
 PD = {c.id for c in CLAUSES.values() if c.level == "connector" and "pd" in c.requires}
 # Judged only for a cache that declares its capacity (Disabled for the rest).
 BOUNDED_ONLY = {c.id for c in CLAUSES.values() if c.level == "connector" and "capacity" in c.requires}
+MATRIX = definition.load(Path(__file__).resolve().parents[3] / "matrix.yaml")  # read once
 
 
 def known_failures(connector: str) -> set[str]:
     """matrix.yaml's known connector-level failures of one of vLLM's connectors, as a cell of this
     session's stack would have them (the whole dtype axis, the default model): written once, there."""
-    matrix = definition.load(Path(__file__).resolve().parents[3] / "matrix.yaml")
     coordinates = {"connector": connector, "model": DEFAULT_MODEL, **results.stack_versions(results.package_versions()),
                    "kv_cache_dtype": definition.API_DTYPES_SEP.join(CPU_KV_CACHE_DTYPES)}
-    return set(matrix.expected("connector", coordinates)[0])
+    return set(MATRIX.expected("connector", coordinates)[0])
 
 
 # ExampleConnector's (matrix.yaml): fp8 twins share a key, no checksum, a file it cannot parse raises
