@@ -1,4 +1,4 @@
-"""Regenerate the committed vLLM API fingerprints, ``conformance/data/api/vllm-<version>.json``.
+"""Regenerate the committed vLLM API fingerprints, ``fixtures/api/vllm-<version>.json``.
 
 Each release's sdist is found through PyPI's simple index (PEP 691 JSON), downloaded once to
 the cache directory (checked against the index's sha256; archives are never committed) and read

@@ -28,8 +28,10 @@ pytestmark = [pytest.mark.engine, pytest.mark.xdist_group("wheel")]
 
 # What the installed suite sees: nothing of the checkout (a PYTHONPATH would import it instead).
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KVCONFORM_STORE", "KVCONFORM_CONNECTOR")}
-PACKAGE_DATA = ("conformance/data/models/qwen3-tiny.json", "conformance/data/api/vllm-0.32.0.json",
-                "conformance/certify/required-tests.yaml", "conformance/zoo/connectors/noop.py", "conformance/py.typed")
+# Every fixture the package reads (fixtures/, linked from conformance/data/) ships as a file of the wheel.
+FIXTURES = tuple(f"conformance/data/{p.relative_to(REPO / 'fixtures')}" for p in sorted((REPO / "fixtures").rglob("*.json")))
+PACKAGE_DATA = (*FIXTURES, "conformance/certify/required-tests.yaml", "conformance/zoo/connectors/noop.py",
+                "conformance/py.typed")
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:

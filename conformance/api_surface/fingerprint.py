@@ -1,7 +1,7 @@
 """Fingerprint files: write them stably, read them back with one-line errors, find the committed ones.
 
-Committed fingerprints live in ``conformance/data/api/vllm-<version>.json`` beside the checkout (fixtures/
-is not installed), one per vLLM release the suite knows, and are the history that says in which
+Committed fingerprints live in ``fixtures/api/vllm-<version>.json`` (installed as package data,
+``conformance/data/api``), one per vLLM release the suite knows, and are the history that says in which
 release a name was last seen.
 """
 

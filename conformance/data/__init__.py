@@ -1,5 +1,6 @@
-"""Package data, installed with the package (a wheel has it too): model recipes (``models/``)
-and the committed vLLM API fingerprints (``api/``)."""
+"""Package data, read with importlib.resources: the model recipes (``models/``) and the committed vLLM
+API fingerprints (``api/``). In a checkout both are links to the top-level ``fixtures/``, where the suite's
+fixture data lives; a wheel ships them as files here."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def add_options(parser: pytest.Parser) -> None:
     engine.addoption(ROLE, default="kv_both", choices=["kv_both", "kv_producer", "kv_consumer"])
     engine.addoption(CACHE_DTYPE, default="auto", metavar="DTYPE", help="the engines' kv_cache_dtype")
     engine.addoption(MODEL, default=DEFAULT_MODEL, metavar="NAME|PATH",
-                     help="a model shipped with kvconform (conformance/data/models, generated locally) "
+                     help="a model shipped with kvconform (fixtures/models, generated locally) "
                           "or a model directory")
     engine.addoption(BLOCK_SIZE, type=int, default=32, help="block size (a multiple of 32 on CPU)")
     engine.addoption(ENGINE_PYTHON, default=os.environ.get("KVCONFORM_ENGINE_PYTHON"), metavar="PYTHON",

@@ -1,6 +1,6 @@
 """Tiny seeded-random models that keep a real model's KV geometry, generated locally.
 
-No model hub is reachable, so a model *recipe* (``conformance/data/models/NAME.json``: the config
+No model hub is reachable, so a model *recipe* (``fixtures/models/NAME.json``: the config
 class, its kwargs, a seed, a dtype) is turned into a model directory vLLM can load offline:
 ``config.json``, ``model.safetensors`` and a WordLevel tokenizer (``w4 w5 ...``). Directories
 are content-addressed (recipe bytes + transformers version) under the cache, built once and
