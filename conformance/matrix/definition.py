@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from conformance.contract.names import KV_CACHE_DTYPE_NAMES
-from conformance.data import data_dir
+from conformance.levels.engine.models import model_names
 from conformance.levels.subject import CONNECTOR_CAPABILITIES, parse_capabilities
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.profiles import PROFILES
@@ -432,10 +432,6 @@ def _stack_list(spec: dict[str, Any], stacks: Mapping[str, Stack], target: str, 
         _expect("lmcache" not in target.lower() or stacks[name].lmcache, path, f"{where}.stacks[{i}]",
                 f"a stack with lmcache for {target!r}; {name!r} has none")
     return tuple(value)
-
-
-def model_names() -> list[str]:
-    return sorted(p.stem for p in data_dir("models").glob("*.json"))
 
 
 def _tier_list(value: Any, tiers: Mapping[str, Tier], path: Path, where: str) -> tuple[str, ...]:

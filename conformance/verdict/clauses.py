@@ -243,6 +243,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "puts in their place, then embeddings after those token ids were stored) serves none of them as "
            "external hits, and still loads the same embeddings",
            requires=_CACHE, needs_load=True),
+    Clause("engine_multimodal_isolation", _ENGINE,
+           "one engine serving a vision-language model (the suite's tiny Idefics3: an image is 16 placeholder tokens, "
+           "the same ids for every image) that stored a prompt opening with an image, had its prefix cache reset and "
+           "was asked for the same token ids with another image serves none of them as external hits, and still "
+           "loads them for the same image",
+           requires=_CACHE, needs_load=True),
     Clause("engine_store_then_load", _ENGINE,
            "a fresh engine that loads what another engine stored produces greedy tokens and top-k "
            "logprobs bit-identical to a no-connector baseline (a concurrent batch: within the measured "
@@ -357,7 +363,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "state_machine", "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_multimodal_isolation",
         "api_chunked_prefill", "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
         "api_connector_stats", "api_kv_events", "api_cache_pressure", "engine_cache_pressure", "engine_cache_salt",
-        "engine_lora_isolation", "engine_prompt_embeds",
+        "engine_lora_isolation", "engine_prompt_embeds", "engine_multimodal_isolation",
         "engine_abort", "engine_block_reuse"),
     "API requirements": ("api_requirements",),
 }

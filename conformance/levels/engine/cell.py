@@ -29,6 +29,7 @@ from conformance.levels.engine import separate
 from conformance.levels.engine.baselines import BaselineStore
 from conformance.levels.engine.compare import Reference, Tolerance, comparison_tolerance, request_outcome
 from conformance.levels.engine.launch import EngineHost, EngineRun, run_engine, serving_engine
+from conformance.levels.engine.models import IMAGE_MODEL, load_recipe, materialise_in
 from conformance.levels.engine.prompts import (
     DEFAULT_MODEL_LEN,
     OUTPUT_ROOM,
@@ -42,6 +43,7 @@ from conformance.levels.engine.roles import (
     BLOCK_BASELINE,
     CACHED_AT,
     EMBEDS,
+    IMAGES,
     LORA,
     NO_CONNECTOR,
     REPLAY,
@@ -106,11 +108,13 @@ class EngineCell:
     def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
                  workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None,
                  hosted: bool = True, lanes: int = 1, clauses: Collection[str] = (), tensor_parallel: int = 1,
-                 retrained: Callable[[], Path] | None = None) -> None:
+                 recipe: str | None = None) -> None:
         self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
-        # Another checkpoint of the model, made on first ask (None: the model is the user's directory).
-        self._retrained: Callable[[], Path] | Path | None = retrained
-        self._retrained_lock = threading.Lock()
+        # The recipe ``model`` was made from (None: the user's directory), and the other models the
+        # cell's roles serve, made on first ask by whichever lane asks first (``_made``).
+        self.recipe = recipe
+        self._models: dict[tuple[str, int], Path] = {}
+        self._models_lock = threading.Lock()
         self.tensor_parallel = tensor_parallel
         self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
         workdir.mkdir(parents=True, exist_ok=True)
@@ -282,6 +286,9 @@ class EngineCell:
                                           reload=["other_embeds", "embeds_as_tokens", "embeds_again"],
                                           then=["tokens_as_embeds"]),
                              "prompt_embeds": True},
+            IMAGES: lambda: {**self._spec(dtype, using(IMAGES), ["image_stored"], reload=["other_image", "image_again"],
+                                          model=self.image_model),
+                             "images": load_recipe(IMAGE_MODEL)["images"]},
             "store": lambda: {**self._spec(dtype, using("store"), STORED), "drain": True},
             "load": lambda: self._spec(dtype, "load", load),
             "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),
@@ -327,14 +334,33 @@ class EngineCell:
 
     @property
     def retrained_model(self) -> Path:
-        """Another checkpoint of the cell's model (engine_model_isolation), made once, whichever lane asks first."""
-        with self._retrained_lock:
-            if self._retrained is None:
-                raise NotRunnable("the model is a directory (--kv-model PATH): the suite makes another checkpoint "
-                                  "only of its own model recipes")
-            if not isinstance(self._retrained, Path):
-                self._retrained = self._retrained()
-            return self._retrained
+        """Another checkpoint of the cell's model (engine_model_isolation)."""
+        if self.recipe is None:
+            raise NotRunnable("the model is a directory (--kv-model PATH): the suite makes another checkpoint "
+                              "only of its own model recipes")
+        made = self._made(self.recipe, retrained=1)
+        if isinstance(made, str):
+            raise HarnessError(f"the suite could not make another checkpoint of {self.recipe}: {made}")
+        return made
+
+    @property
+    def image_model(self) -> Path:
+        """The vision-language model the multimodal role serves (engine_multimodal_isolation)."""
+        made = self._made(IMAGE_MODEL)
+        if isinstance(made, str):
+            raise NotRunnable(f"the suite's multimodal model ({IMAGE_MODEL}) cannot be made with this Python's "
+                              f"transformers: {made}")
+        return made
+
+    def _made(self, recipe: str, retrained: int = 0) -> Path | str:
+        """``recipe``'s model directory, made once by the engine's Python (or why it could not be)."""
+        with self._models_lock:
+            if (recipe, retrained) not in self._models:
+                made = materialise_in(self.python, recipe, retrained=retrained)
+                if isinstance(made, str):
+                    return made
+                self._models[recipe, retrained] = made
+            return self._models[recipe, retrained]
 
     @property
     def twin_dtype(self) -> str:

@@ -32,6 +32,10 @@ A spec with ``prompt_embeds`` enables prompt embeddings (``enable_prompt_embeds`
 ``"embeds": [seed per prompt]`` gives each prompt as embeddings of its length, drawn from a normal
 distribution by that seed (the same seed, the same embeddings), and no token ids.
 
+A spec with ``images`` (the image model recipe's ``images``: its ``image_token``, ``image_size``)
+serves one image per prompt: a batch with ``"images": [seed per prompt]`` gives each prompt as the
+image token, then its token ids as words (``w12 w7 ...``), with an image of noise drawn by that seed.
+
 A P/D producer's spec has ``kv_transfer_params`` (what every request carries: ``do_remote_decode``)
 and ``serve_until`` (a path): once its batches are done it writes RESULT.json, with the params
 each request's output returned, and keeps its engine stepping, serving the consumer, until that
@@ -190,6 +194,8 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         kwargs.update(enable_lora=True, max_lora_rank=LORA_RANK, max_loras=len(adapters))
     if spec.get("prompt_embeds"):
         kwargs["enable_prompt_embeds"] = True
+    if spec.get("images"):
+        kwargs["limit_mm_per_prompt"] = {"image": 1}
     from conformance.levels.releases import engine_settings
 
     result["engine_settings"] = engine_settings(result["vllm_version"], _device_type(), spec["kv_cache_dtype"])
@@ -238,8 +244,12 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
             timings[batch["name"]] = round(time.perf_counter() - t, 3)
             continue
         salt = {"cache_salt": batch["cache_salt"]} if batch.get("cache_salt") else {}
-        prompts = ([_embeds_prompt(llm, seed, len(p), salt) for p, seed in zip(batch["prompts"], batch["embeds"])]
-                   if batch.get("embeds") else [TokensPrompt(prompt_token_ids=p, **salt) for p in batch["prompts"]])
+        if batch.get("embeds"):
+            prompts = [_embeds_prompt(llm, seed, len(p), salt) for p, seed in zip(batch["prompts"], batch["embeds"])]
+        elif batch.get("images"):
+            prompts = [_image_prompt(spec["images"], p, seed, salt) for p, seed in zip(batch["prompts"], batch["images"])]
+        else:
+            prompts = [TokensPrompt(prompt_token_ids=p, **salt) for p in batch["prompts"]]
         transfers = batch.get("kv_transfer_params") or [spec.get("kv_transfer_params")] * len(prompts)
         pairs = list(zip(prompts, map(params, transfers)))
         groups = [pairs] if batch.get("together") else [[p] for p in pairs]
@@ -292,6 +302,19 @@ def _embeds_prompt(llm: Any, seed: int, length: int, salt: dict[str, str]) -> An
     config = llm.llm_engine.vllm_config.model_config
     drawn = torch.randn(length, config.get_hidden_size(), generator=torch.Generator().manual_seed(seed))
     return EmbedsPrompt(prompt_embeds=drawn.to(config.dtype), **salt)
+
+
+def _image_prompt(images: dict[str, Any], words: list[int], seed: int, salt: dict[str, str]) -> dict[str, Any]:
+    """A prompt of an image of noise drawn by ``seed`` (``images["image_size"]`` pixels a side), then
+    ``words`` as the word-level tokenizer's words; vLLM puts the image's placeholder tokens in place
+    of its ``image_token``."""
+    import numpy as np
+    from PIL import Image
+
+    side = images["image_size"]
+    pixels = np.random.default_rng(seed).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    return {"prompt": " ".join([images["image_token"], *(f"w{t}" for t in words)]),
+            "multi_modal_data": {"image": Image.fromarray(pixels)}, **salt}
 
 
 LORA_RANK = 8

@@ -22,6 +22,8 @@ RECIPES_DIR = data_dir("models")
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3
 BOS, EOS, PAD = 1, 2, 3
 DEFAULT_MODEL = "qwen3-tiny"  # what a run, a certified product and the PR gate take when none is named
+# The vision-language model an engine cell's multimodal role serves (a recipe with "images"), whatever the cell's model.
+IMAGE_MODEL = "idefics3-tiny"
 
 
 def cache_root() -> Path:
@@ -29,7 +31,8 @@ def cache_root() -> Path:
 
 
 def model_names() -> list[str]:
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
+    """The recipes a cell may run (``--kv-model``, matrix.yaml): every one but the image model's."""
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.json") if "images" not in json.loads(p.read_text()))
 
 
 def load_recipe(name: str) -> dict[str, Any]:
@@ -62,10 +65,27 @@ def materialise(name: str, *, retrained: int = 0) -> Path:
     return out
 
 
+def materialise_in(python: str, name: str, *, retrained: int = 0) -> Path | str:
+    """``materialise`` run by ``python`` (the engine's: its transformers writes what its vLLM reads):
+    the model directory, or the last line of the error that stopped it."""
+    import subprocess
+
+    code = ("import sys; from conformance.levels.engine.models import materialise; "
+            "print(materialise(sys.argv[1], retrained=int(sys.argv[2])))")
+    proc = subprocess.run([python, "-c", code, name, str(retrained)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
 def _generate(recipe: dict[str, Any], out: Path) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     import transformers
+
+    if "images" in recipe:
+        _generate_vision_language(recipe, out)
+        return
 
     config_cls = getattr(transformers, recipe["config_class"])
     config = config_cls(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, **recipe["config"])
@@ -89,3 +109,54 @@ def _tokenizer(vocab_size: int) -> Any:
     tok.decoder = decoders.WordPiece(prefix="##")
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
                                    unk_token="<unk>", pad_token="<pad>", model_max_length=4096)
+
+
+def _generate_vision_language(recipe: dict[str, Any], out: Path) -> None:
+    """A vision-language model with its processor: the word-level tokenizer with the image tokens after
+    its words, the image processor the recipe names (a PIL one: no torchvision), every matrix weight
+    redrawn from N(0, weight_std) so that an image moves the KV of every token after it."""
+    import torch
+    import transformers
+
+    images = recipe["images"]
+    config = getattr(transformers, recipe["config_class"])(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
+                                                           **recipe["config"])
+    torch.manual_seed(recipe["seed"])
+    model = getattr(transformers, images["model_class"])(config)
+    with torch.no_grad():
+        for weight in model.parameters():
+            if weight.dim() >= 2:
+                weight.normal_(0.0, images["weight_std"])
+    dtype = getattr(torch, recipe["dtype"])
+    model = model.to(dtype)
+    model.config.dtype = dtype
+    model.save_pretrained(out)
+    size = {"longest_edge": images["image_size"]}
+    image_processor = getattr(transformers, images["image_processor_class"])(
+        do_resize=True, size=size, max_image_size=size, do_image_splitting=False)
+    processor = getattr(transformers, images["processor_class"])(
+        image_processor=image_processor, tokenizer=_image_tokenizer(images, recipe["config"]["text_config"]["vocab_size"]),
+        image_seq_len=images["image_seq_len"])
+    processor.save_pretrained(out)
+
+
+def _image_tokenizer(images: dict[str, Any], vocab_size: int) -> Any:
+    """The word-level tokenizer (``w4`` ... below ``words``), then the image token, the processor's
+    special tokens, its tile grid's ``<row_i_col_j>`` and a newline, padded to ``vocab_size``."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    grid = images["grid_tokens"]
+    special = [images["image_token"], *images["special_tokens"],
+               *(f"<row_{i + 1}_col_{j + 1}>" for i in range(grid) for j in range(grid))]
+    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
+    vocab.update({f"w{i}": i for i in range(len(SPECIAL_TOKENS), images["words"])})
+    vocab.update({t: images["words"] + i for i, t in enumerate([*special, "\n"])})
+    vocab.update({f"<unused{i}>": i for i in range(len(vocab), vocab_size)})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in special])
+    tok.add_tokens([AddedToken("\n", normalized=False, special=False)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", model_max_length=4096)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable
 
+from conformance.levels.engine.models import IMAGE_MODEL, load_recipe
 from conformance.levels.subject import PRESSURE_FACTOR
 
 VOCAB_LOW, VOCAB_HIGH = 4, 2048
@@ -65,6 +66,9 @@ def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024, pad: i
         # loads the first; for the others vLLM's own prefix cache holds the system prompt (and the
         # first conversation) and the connector is asked only for the rest (local and external hits).
         "system": {"name": "system", "prompts": _conversations(tokens(system_tokens(positions)), tokens)},
+        # Prompts opening with an image, for the vision-language model (its own draw: the prompts above
+        # keep their tokens).
+        **_image_batches(3 * bs + 5 + pad),
     }
 
 
@@ -105,6 +109,21 @@ def _embeds_batches(length: int) -> dict[str, dict[str, Any]]:
 
 
 EMBEDS_SEEDS = (1, 2, 3)  # the seeds of the three prompts given as embeddings
+
+
+def _image_batches(length: int) -> dict[str, dict[str, Any]]:
+    """One prompt of ``length`` words after an image (``"images"``: each prompt's image seed), stored
+    with one image, then asked for with another behind the same placeholder tokens, and with the
+    same again (which still loads). The image opens the prompt, so every block's KV depends on it."""
+    rng = random.Random("images")
+    vocabulary = load_recipe(IMAGE_MODEL)["images"]["words"]  # the image model's words: w4 up to it
+    words = [[rng.randrange(VOCAB_LOW, vocabulary) for _ in range(length)]]
+    return {"image_stored": {"name": "image_stored", "prompts": words, "images": [IMAGE_SEEDS[0]]},
+            "other_image": {"name": "other_image", "prompts": words, "images": [IMAGE_SEEDS[1]]},
+            "image_again": {"name": "image_again", "prompts": words, "images": [IMAGE_SEEDS[0]]}}
+
+
+IMAGE_SEEDS = (1, 2)  # the seeds of the two images (noise) behind the same placeholder tokens
 
 
 def _tenant_batches(prompts: list[list[int]]) -> dict[str, dict[str, Any]]:

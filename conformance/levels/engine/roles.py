@@ -10,6 +10,7 @@ AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over stora
 SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
 LORA = "lora"  # the same with LoRA enabled: stores for the base model, then asks under an adapter
 EMBEDS = "embeds"  # the same with prompt embeddings enabled: stores embeddings, asks for them as token ids
+IMAGES = "images"  # the same serving a vision-language model (models.IMAGE_MODEL): stores one image, asks another
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
 # Conversations after one system prompt, stored and asked for by an engine pair of their own: a
 # connector that mishandles vLLM's own hits (which may kill the engine) fails engine_shared_prefix alone.
@@ -35,13 +36,13 @@ BLOCK_BASELINE = "bs_baseline"
 RETRAINED_LOAD = "retrained_load"
 RETRAINED_BASELINE = "retrained_baseline"
 # The first engine over its (empty) storage:
-COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, "reuse_store", "tp_store", "bs_store")
+COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, IMAGES, "reuse_store", "tp_store", "bs_store")
 # Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
 # connector the suite starts LMCache's server for, a server of its own (``EngineCell.server``). The
 # roles that must start cold or run on the second lane have one each, so none warms, empties or
 # waits for another's; the cross-engine roles (store, load, the format twin, the other checkpoint, after a loss) share ACROSS.
 ACROSS = ""
-WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", EMBEDS: "embeds", **dict.fromkeys(PD_ROLES, "pd"),
+WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", EMBEDS: "embeds", IMAGES: "images", **dict.fromkeys(PD_ROLES, "pd"),
           **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix"),
           **dict.fromkeys(PRESSURE_ROLES, "pressure"), **dict.fromkeys(TP_ROLES, "tp"),
           **dict.fromkeys(BLOCK_ROLES, "block-size")}
@@ -66,9 +67,9 @@ def side_of(role: str) -> str:
 
 # vLLM alone: shared between cells (BaselineStore)
 NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE, BLOCK_BASELINE, RETRAINED_BASELINE)
-# Roles whose engine settings the baseline does not share (LoRA or prompt embeddings on; a cache of a few blocks): when
-# one fails, the same engine without the connector says whether vLLM runs those settings here at all.
-OWN_SETTINGS = (LORA, EMBEDS, "reuse_store")
+# Roles whose engine settings the baseline does not share (LoRA or prompt embeddings on; another model; a cache of a
+# few blocks): when one fails, the same engine without the connector says whether vLLM runs those settings here at all.
+OWN_SETTINGS = (LORA, EMBEDS, IMAGES, "reuse_store")
 WITHOUT_CONNECTOR = "_without_connector"  # the role name of such an engine
 SPLIT_AT = "_split_at_"  # a baseline's engine with its prompts prefilled in chunks (references)
 CACHED_AT = "_cached_"  # a baseline's engine with each prompt's first tokens in its prefix cache (references)
@@ -83,7 +84,7 @@ STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "p
 # before, on first use.
 SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_model_isolation": (RETRAINED_BASELINE,),
                "engine_lora_isolation": (LORA,),
-               "engine_prompt_embeds": (EMBEDS,),
+               "engine_prompt_embeds": (EMBEDS,), "engine_multimodal_isolation": (IMAGES,),
                "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES,
                "engine_cache_pressure": PRESSURE_ROLES, "engine_block_size": (BLOCK_BASELINE, *BLOCK_ROLES)}
 

@@ -27,6 +27,7 @@ from conformance.levels.engine.roles import (
     BLOCK_BASELINE,
     COLD_ROLES,
     EMBEDS,
+    IMAGES,
     LORA,
     OWN_SETTINGS,
     PREFIX_ROLES,
@@ -71,12 +72,15 @@ def _connector_run(cell, role, clause_id, cold_check=True):
     end anyway, without an engine start per clause (half a minute each on releases that spawn workers)."""
     _baseline(cell)
     engine = _vetted(cell, cell.run(role), clause_id)
-    claimed = external_hits(engine.phase(0), "boundaries") if cold_check and role in COLD_ROLES else 0
+    # Its first batch: prompts served one by one that nothing over its storage had seen.
+    first = next((r["batch"] for r in engine.phase(0).result.get("requests", ())), None)
+    claimed = external_hits(engine.phase(0), first) if cold_check and role in COLD_ROLES and first else 0
     if claimed:
         raise ClauseViolation(clause_id, (
             f"{cell.connector.label} claims KV it never stored: engine {role}, the first over its empty storage, "
             f"counted {claimed:g} external prefix-cache hit tokens for prompts no engine over its storage had seen "
-            "(served one by one); whatever it loaded there is not KV any engine computed over it"))
+            f"(its first batch, {first!r}, served one by one); whatever it loaded there is not KV any engine computed "
+            "over it"))
     return engine
 
 
@@ -302,6 +306,25 @@ def test_engine_prompt_embeds(cell):
                 f"prompt of zeros. {cell.connector.label} must key stored KV by the prompt's embeddings too (vLLM "
                 "puts their hash in the block hashes), and never fall back to the token ids on a miss"))
     count_load(external_hits(engine.phase(1), "embeds_again"))
+
+
+@clause("engine_multimodal_isolation")
+def test_engine_multimodal_isolation(cell):
+    cid = "engine_multimodal_isolation"
+    try:
+        model = cell.image_model.name
+    except NotRunnable as exc:
+        _not_runnable(exc)
+    engine = _connector_run(cell, IMAGES, cid)
+    hits = external_hits(engine.phase(1), "other_image")
+    if hits > 0:
+        raise ClauseViolation(cid, (
+            f"the engine ({model}) served {hits:g} external prefix-cache hit tokens to a prompt of another image "
+            "behind the same placeholder tokens, after only the first image's prompt had been stored: the image opens "
+            "the prompt, so every token's KV depends on it, and the request was served the first image's KV. "
+            f"{cell.connector.label} must key stored KV by the request's multimodal inputs too (each mm_features "
+            "entry's identifier, which vLLM's block hashes carry)"))
+    count_load(external_hits(engine.phase(1), "image_again"))
 
 
 @clause("engine_cache_salt")

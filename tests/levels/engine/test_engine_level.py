@@ -26,8 +26,10 @@ FP8_NOT_HERE = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
 # The dtype the zoo connectors are flagged under: fp8 where it runs (its noisier batches make the
 # concurrent batch's tolerance widest), else the model's own.
 ZOO_DTYPE = "fp8_e5m2" if FP8_KV_RUNS_HERE else "auto"
+# ... and images apart: both key by each image's identifier (mm_features), as vLLM's block hashes do.
 PASSING = {"engine_same_engine_reload", "engine_store_then_load", "engine_effective_dtype",
-           "engine_block_boundaries", "engine_concurrent_requests", "engine_abort", "engine_block_reuse"}
+           "engine_block_boundaries", "engine_concurrent_requests", "engine_abort", "engine_block_reuse",
+           "engine_multimodal_isolation"}
 ACROSS = {c.id for c in CLAUSES.values() if c.level == "engine" and "persistent" in c.requires}
 PD = {c.id for c in CLAUSES.values() if c.level == "engine" and "pd" in c.requires}
 ENGINE_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "engine"}
@@ -170,6 +172,7 @@ def test_a_cache_inside_its_engine_gets_no_false_fail(run_suite):
     assert statuses["engine_cache_salt"] == "Pass", run.output[-4000:]  # its key carries the salt
     assert statuses["engine_abort"] == "Pass", run.output[-4000:]  # it reports an aborted request's save
     assert statuses["engine_lora_isolation"] == "Pass", run.output[-4000:]  # its key carries the adapter
+    assert statuses["engine_multimodal_isolation"] == "Pass", run.output[-4000:]  # ... and each image's identifier
     assert run.results["connector"]["capabilities"] == []
 
 
@@ -246,6 +249,22 @@ def test_an_engine_restarted_at_another_block_size_is_served_right_or_nothing(ru
     assert test["status"] == verdict, run.output[-3000:]
     if verdict == "Fail":
         assert "engine B at block size 64" in test["message"] and "stored at block size 32" in test["message"], test
+
+
+@pytest.mark.parametrize("connector, verdict", [
+    ("conformance.zoo.good.lifecycle:LifecycleConnector", "Pass"),
+    ("conformance.zoo.connectors.image_blind:ImageBlindConnector", "Fail"),
+])
+def test_an_image_is_never_served_another_images_kv_behind_the_same_placeholders(run_suite, connector, verdict):
+    """A vision-language model's engine (the suite's tiny Idefics3) stores a prompt opening with one
+    image, then is asked for the same token ids with another: the control keys its KV by each image's
+    identifier and misses (and loads the same image again); its twin, keyed by token ids alone, serves
+    the first image's KV."""
+    run = engine_suite(run_suite, connector, "auto", "-k", "multimodal", persistent=False)
+    (test,) = run.results["tests"]
+    assert test["status"] == verdict, run.output[-3000:]
+    if verdict == "Fail":
+        assert "another image behind the same placeholder tokens" in test["message"], test
 
 
 @pytest.mark.parametrize("connector, verdict", [
