@@ -304,9 +304,9 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            requires=_ACROSS, needs_load=True),
     Clause("engine_model_isolation", _ENGINE,
            "a fresh engine of another checkpoint of the model (same architecture and KV geometry, other weights, "
-           "another directory: a fine-tune served beside its base) over the storage an engine of the model wrote "
-           "produces vLLM's own output for that checkpoint (bits): never served the first model's KV, never "
-           "crashes; and the model's own fresh engine loads (else Not exercised)",
+           "another directory: a fine-tune served beside its base) asking, one by one, for prompts an engine of the "
+           "model stored over the same storage is served none of them as external hits (a load the connector "
+           "reports failed is a refusal) and never crashes; and the model's own fresh engine loads (else Not exercised)",
            requires=_ACROSS, needs_load=True),
     Clause("engine_block_boundaries", _ENGINE,
            "prompts one short of, at, and one past block multiples, and a prompt extending a "

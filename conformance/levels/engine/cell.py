@@ -3,8 +3,8 @@
 Engines are expensive (seconds each on two cores), so a cell starts each *role* once and every
 scenario reads the same runs: a no-connector baseline, one engine that stores, resets its own
 prefix cache and loads again (every connector), and for a connector whose cache outlives its
-engine: a store engine, a fresh load engine, a load engine under the format twin and one of another
-checkpoint of the model (plus their baselines), and a load engine after the storage was damaged. Runs happen on first use, in
+engine: a store engine, a fresh load engine, a load engine under the format twin (plus its baseline)
+and one of another checkpoint of the model, and a load engine after the storage was damaged. Runs happen on first use, in
 dependency order (with two lanes, the roles no other role touches start beside the rest once the
 baseline ran: ``SECOND_LANE``), and are kept with their timings; the no-connector baselines may come from a
 matrix run's ``BaselineStore`` instead (same spec, same Python: the same run).
@@ -47,7 +47,6 @@ from conformance.levels.engine.roles import (
     LORA,
     NO_CONNECTOR,
     REPLAY,
-    RETRAINED_BASELINE,
     RETRAINED_LOAD,
     SAME_ENGINE,
     SECOND_LANE,
@@ -293,8 +292,7 @@ class EngineCell:
             "load": lambda: self._spec(dtype, "load", load),
             "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),
             "twin_load": lambda: self._spec(self.twin_dtype, "twin_load", load),
-            RETRAINED_BASELINE: lambda: self._spec(dtype, None, load, model=self.retrained_model),
-            RETRAINED_LOAD: lambda: self._spec(dtype, RETRAINED_LOAD, load, model=self.retrained_model),
+            RETRAINED_LOAD: lambda: self._spec(dtype, RETRAINED_LOAD, ["boundaries"], model=self.retrained_model),
             "after_loss": lambda: self._spec(dtype, "after_loss", load),
             "after_loss_recompute": lambda: self._spec(dtype, "after_loss_recompute", load, "recompute"),
             # A cache of one usable block more than a "reused" prompt takes (vLLM's null block besides),
@@ -552,8 +550,7 @@ class EngineCell:
         if not engine.ok:
             if engine.suite_error:
                 raise HarnessError(engine.describe_failure())
-            model = self.retrained_model if role == RETRAINED_BASELINE else self.model
-            raise NotRunnable(f"vLLM cannot run {model.name} with kv_cache_dtype={dtype} here: {engine.error}")
+            raise NotRunnable(f"vLLM cannot run {self.model.name} with kv_cache_dtype={dtype} here: {engine.error}")
         resolved = (engine.result.get("resolved") or {}).get("cache_dtype")
         if resolved is not None and resolved != dtype:  # vLLM's choice, before any connector: nothing to judge
             said = "; ".join(engine.result.get("warnings") or ()) or "no warning logged"

@@ -31,10 +31,9 @@ TP_BASELINE = "tp_baseline"
 BLOCK_ROLES = ("bs_store", "bs_load")
 BLOCK_BASELINE = "bs_baseline"
 # Another checkpoint of the model (same architecture and KV geometry, other weights, another directory:
-# a fine-tune served beside its base): a fresh engine of it asks for what the store engine stored, and
-# vLLM's own output of that checkpoint is the reference.
+# a fine-tune served beside its base): a fresh engine of it asks, one by one, for prompts only the store
+# engine stored, none sharing a prefix with another: whatever it is served is the first model's KV.
 RETRAINED_LOAD = "retrained_load"
-RETRAINED_BASELINE = "retrained_baseline"
 # The first engine over its (empty) storage:
 COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, IMAGES, "reuse_store", "tp_store", "bs_store")
 # Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
@@ -66,7 +65,7 @@ def side_of(role: str) -> str:
 
 
 # vLLM alone: shared between cells (BaselineStore)
-NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE, BLOCK_BASELINE, RETRAINED_BASELINE)
+NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE, BLOCK_BASELINE)
 # Roles whose engine settings the baseline does not share (LoRA or prompt embeddings on; another model; a cache of a
 # few blocks): when one fails, the same engine without the connector says whether vLLM runs those settings here at all.
 OWN_SETTINGS = (LORA, EMBEDS, IMAGES, "reuse_store")
@@ -82,8 +81,7 @@ STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "p
 # lanes they run on the second, beside the rest, once the baseline has shown vLLM runs the cell.
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as
 # before, on first use.
-SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_model_isolation": (RETRAINED_BASELINE,),
-               "engine_lora_isolation": (LORA,),
+SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
                "engine_prompt_embeds": (EMBEDS,), "engine_multimodal_isolation": (IMAGES,),
                "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES,
                "engine_cache_pressure": PRESSURE_ROLES, "engine_block_size": (BLOCK_BASELINE, *BLOCK_ROLES)}
