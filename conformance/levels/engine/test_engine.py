@@ -64,6 +64,15 @@ def _baseline(cell):
         _not_runnable(exc)
 
 
+def _made(model):
+    """A model the cell makes for a role of its own (``model()``: another checkpoint, the image model);
+    Not runnable where it cannot be made here."""
+    try:
+        return model()
+    except NotRunnable as exc:
+        _not_runnable(exc)
+
+
 def _connector_run(cell, role, clause_id, cold_check=True):
     """A connector engine's run; its failure is the connector's (Fail), with the engine's log. The
     first engine over empty storage must claim no external hit (``cold_check``). None starts where
@@ -310,10 +319,7 @@ def test_engine_prompt_embeds(cell):
 @clause("engine_multimodal_isolation")
 def test_engine_multimodal_isolation(cell):
     cid = "engine_multimodal_isolation"
-    try:
-        model = cell.image_model.name
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    model = _made(lambda: cell.image_model).name
     engine = _connector_run(cell, IMAGES, cid)
     hits = external_hits(engine.phase(1), "other_image")
     if hits > 0:
@@ -423,10 +429,7 @@ def test_engine_format_isolation(cell):
 @clause("engine_model_isolation")
 def test_engine_model_isolation(cell):
     cid = "engine_model_isolation"
-    try:
-        other_model = cell.retrained_model.name
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    other_model = _made(lambda: cell.retrained_model).name
     _connector_run(cell, "store", cid)
     other = cell.run(RETRAINED_LOAD)
     what = (f"a fresh engine of another checkpoint of the model ({other_model}: the same architecture and KV "
