@@ -28,12 +28,13 @@ sys.path.insert(0, str(HERE.parent))
 from conformance.levels.engine.launch import run_engine  # noqa: E402
 from conformance.levels.engine.models import materialise  # noqa: E402
 from conformance.levels.engine.prompts import prompt_batches  # noqa: E402
+from conformance.levels.engine.specs import Batch, EngineSpec  # noqa: E402
 
 DTYPES = ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 BLOCK_SIZE = 32
 
 
-def compositions(block_size: int) -> list[dict[str, Any]]:
+def compositions(block_size: int) -> list[Batch]:
     """The concurrent prompts in several batch compositions; "together" is the engine level's."""
     batches = prompt_batches(block_size)
     conc = batches["concurrent"]["prompts"]
@@ -60,8 +61,8 @@ def distances(together: list[dict[str, Any]], other: list[dict[str, Any]]) -> di
 
 
 def measure(model: str, dtype: str, python: str) -> dict[str, Any]:
-    spec = {"model": str(materialise(model)), "kv_cache_dtype": dtype, "block_size": BLOCK_SIZE,
-            "batches": compositions(BLOCK_SIZE)}
+    spec: EngineSpec = {"model": str(materialise(model)), "kv_cache_dtype": dtype, "block_size": BLOCK_SIZE,
+                        "batches": compositions(BLOCK_SIZE)}
     with tempfile.TemporaryDirectory() as tmp:
         run = run_engine(spec, Path(tmp), "noise", timeout_s=900, python=python)
     row: dict[str, Any] = {"model": model, "kv_cache_dtype": dtype, "ok": run.ok}

@@ -26,6 +26,7 @@ sys.path.insert(0, str(HERE.parent))
 from conformance.levels.engine.cell import ENGINE_THREADS  # noqa: E402
 from conformance.levels.engine.launch import EngineHost, run_engine  # noqa: E402
 from conformance.levels.engine.prompts import prompt_batches  # noqa: E402
+from conformance.levels.engine.specs import EngineSpec  # noqa: E402
 
 LENGTHS = (64, 65, 96, 128)
 CHUNKS = (32, 48, 60, 62, 63, 64, 95, 127)
@@ -54,12 +55,12 @@ def main() -> None:
     named = {**{f"random {n}": [rng.randrange(4, 2048) for _ in range(n)] for n in LENGTHS},
              **{f"boundaries[{i}]": boundaries[i] for i in (3, 4, 6)}}
     prompts = list(named.values())
-    base = {"model": _model(args.engine_python, args.model), "kv_cache_dtype": "auto", "block_size": 32,
-            "torch_threads": ENGINE_THREADS, "max_tokens": 3, "batches": [{"name": "p", "prompts": prompts}]}
+    base: EngineSpec = {"model": _model(args.engine_python, args.model), "kv_cache_dtype": "auto", "block_size": 32,
+                        "torch_threads": ENGINE_THREADS, "max_tokens": 3, "batches": [{"name": "p", "prompts": prompts}]}
     with tempfile.TemporaryDirectory() as tmp:
         host = EngineHost(args.engine_python, Path(tmp) / "host.log")
         try:
-            runs = {chunk: run_engine({**base, **({"prefill_chunk": chunk} if chunk else {})}, Path(tmp),
+            runs = {chunk: run_engine({**base, "prefill_chunk": chunk} if chunk else base, Path(tmp),
                                       f"chunk{chunk}", timeout_s=300, python=args.engine_python, host=host)
                     for chunk in (0, *CHUNKS)}
         finally:

@@ -30,6 +30,7 @@ from benchmarks.prefill_split_bits import _cpu_flags, _model  # noqa: E402
 from conformance.levels.engine.cell import ENGINE_THREADS  # noqa: E402
 from conformance.levels.engine.launch import EngineHost, run_engine  # noqa: E402
 from conformance.levels.engine.prompts import prompt_batches  # noqa: E402
+from conformance.levels.engine.specs import EngineSpec  # noqa: E402
 
 CACHED = (4032, 4096, 4128, 4160, 4192)  # tokens of the prefix in vLLM's cache, computed alone
 DTYPES = ("auto", "fp8_e5m2")
@@ -51,9 +52,9 @@ def main() -> None:
         host = EngineHost(args.engine_python, Path(tmp) / "host.log")
         try:
             for dtype in DTYPES:
-                base = {"model": model, "kv_cache_dtype": dtype, "block_size": 32, "torch_threads": ENGINE_THREADS,
-                        "max_model_len": _positions(model), "batches": [system]}
-                runs = {n: run_engine({**base, **({"cached_prefix": n} if n else {})}, Path(tmp), f"{dtype}-{n}",
+                base: EngineSpec = {"model": model, "kv_cache_dtype": dtype, "block_size": 32, "torch_threads": ENGINE_THREADS,
+                                    "max_model_len": _positions(model), "batches": [system]}
+                runs = {n: run_engine({**base, "cached_prefix": n} if n else base, Path(tmp), f"{dtype}-{n}",
                                       timeout_s=600, python=args.engine_python, host=host) for n in (0, *CACHED)}
                 if not runs[0].ok:
                     rows.append({"kv_cache_dtype": dtype, "not_run": runs[0].error.splitlines()[0][:200]})

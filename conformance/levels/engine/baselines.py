@@ -15,9 +15,10 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from conformance.levels.engine.launch import EngineRun
+from conformance.levels.engine.specs import EngineSpec
 from conformance.util.identity import suite_digest
 
 
@@ -27,7 +28,7 @@ class BaselineStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
-    def key(self, spec: dict[str, Any], python: str) -> str:
+    def key(self, spec: EngineSpec, python: str) -> str:
         if spec.get("connector"):
             raise ValueError("only no-connector runs are shared: a connector's run depends on its storage")
         # The path as given, never resolved: every venv's python is a symlink to the same base
@@ -37,7 +38,7 @@ class BaselineStore:
                               sort_keys=True)
         return hashlib.sha256(material.encode()).hexdigest()[:32]
 
-    def get_or_run(self, spec: dict[str, Any], python: str, run: Callable[[], EngineRun]) -> EngineRun:
+    def get_or_run(self, spec: EngineSpec, python: str, run: Callable[[], EngineRun]) -> EngineRun:
         """The stored run for ``spec`` or a fresh one (stored when it succeeded)."""
         path = self.root / f"{self.key(spec, python)}.json"
         try:

@@ -22,7 +22,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, Literal
 
 from conformance.contract.spec import same_width_twin
 from conformance.levels.engine import separate
@@ -60,6 +60,7 @@ from conformance.levels.engine.roles import (
     side_of,
     world_of,
 )
+from conformance.levels.engine.specs import Batch, EngineSpec
 from conformance.levels.services import LMCacheService
 from conformance.levels.subject import ConnectorChoice, damage_files, side_channel_ports, span_pad, unreachable_storage
 from conformance.servers.lmcache_forks import ForkServer
@@ -240,13 +241,13 @@ class EngineCell:
     # -- engines --------------------------------------------------------------------------------
     def _spec(self, kv_cache_dtype: str, role: str | None, batches: list[str],
               load_failure_policy: str | None = None, reload: list[str] | None = None,
-              then: list[str] | None = None, model: Path | None = None) -> dict[str, Any]:
+              then: list[str] | None = None, model: Path | None = None) -> EngineSpec:
         """An engine's spec: no connector when ``role`` is None; ``reload`` batches run after the
         engine reset its own prefix cache (a second phase), ``then`` after it reset it again (a third);
         ``model``: another directory than the cell's model."""
         phases = [batches, reload or [], then or []]
         model = model or self.model
-        spec: dict[str, Any] = {"model": str(model), "kv_cache_dtype": kv_cache_dtype,
+        spec: EngineSpec = {"model": str(model), "kv_cache_dtype": kv_cache_dtype,
                                 "block_size": self.block_size, "torch_threads": ENGINE_THREADS,
                                 "batches": [{**self.batches[b], "phase": i} if i else self.batches[b]
                                             for i, names in enumerate(phases) for b in names]}
@@ -263,11 +264,11 @@ class EngineCell:
                 spec["connector"]["kv_load_failure_policy"] = load_failure_policy
         return spec
 
-    def _roles(self, connected: bool = True) -> dict[str, Callable[[], dict[str, Any]]]:
+    def _roles(self, connected: bool = True) -> dict[str, Callable[[], EngineSpec]]:
         """Each role's engine spec; ``connected=False``: the same engines without the connector."""
         load = ["extends", "boundaries", "concurrent"]
         dtype = self.kv_cache_dtype
-        ranks = {"tensor_parallel_size": self.tensor_parallel}
+        ranks = self.tensor_parallel
 
         def using(role: str) -> str | None:
             return role if connected else None
@@ -305,9 +306,10 @@ class EngineCell:
             "prefix_load": lambda: self._spec(dtype, "prefix_load", ["system"]),
             "pressure_store": lambda: {**self._spec(dtype, using("pressure_store"), ["pressure"]), "drain": True},
             "pressure_load": lambda: self._spec(dtype, "pressure_load", ["pressure_again"]),
-            TP_BASELINE: lambda: {**self._spec(dtype, None, load), **ranks},
-            "tp_store": lambda: {**self._spec(dtype, using("tp_store"), STORED), "drain": True, **ranks},
-            "tp_load": lambda: {**self._spec(dtype, "tp_load", load), **ranks},
+            TP_BASELINE: lambda: {**self._spec(dtype, None, load), "tensor_parallel_size": ranks},
+            "tp_store": lambda: {**self._spec(dtype, using("tp_store"), STORED), "drain": True,
+                                 "tensor_parallel_size": ranks},
+            "tp_load": lambda: {**self._spec(dtype, "tp_load", load), "tensor_parallel_size": ranks},
             BLOCK_BASELINE: lambda: {**self._spec(dtype, None, load), "block_size": self.other_block_size},
             "bs_store": lambda: {**self._spec(dtype, using("bs_store"), STORED), "drain": True},
             "bs_load": lambda: {**self._spec(dtype, "bs_load", load), "block_size": self.other_block_size},
@@ -427,7 +429,7 @@ class EngineCell:
         self.runs[role] = self._launch(spec, role, shared=role in NO_CONNECTOR)
         return self.runs[role]
 
-    def _launch(self, spec: dict[str, Any], name: str, shared: bool) -> EngineRun:
+    def _launch(self, spec: EngineSpec, name: str, shared: bool) -> EngineRun:
         """An engine of ``spec`` run as ``name``; a no-connector one (``shared``) taken from, or
         kept in, the matrix run's baselines when there are any."""
         def start() -> EngineRun:
@@ -468,21 +470,26 @@ class EngineCell:
         if name not in self.runs:
             roles = self._roles(connected=False)
             store, load = roles[STORED_BY[loaded]](), roles[loaded]()
-            stored = [{**b, "name": b["name"] + STORED_MARK, "phase": 0} for b in store["batches"]
-                      if b.get("phase", 0) == 0]
-            asked = [{**b, "phase": 0} for b in load["batches"] if b.get("phase", 0) == (1 if loaded == SAME_ENGINE else 0)]
-            spec = {**load, "batches": stored + asked, "max_model_len": max(store.get("max_model_len", DEFAULT_MODEL_LEN),
-                                                                               load.get("max_model_len", DEFAULT_MODEL_LEN))}
-            for key in ("connector", "drain", "lora_adapter"):
-                spec.pop(key, None)
+            stored: list[Batch] = [{**b, "name": b["name"] + STORED_MARK, "phase": 0} for b in store["batches"]
+                                   if b.get("phase", 0) == 0]
+            asked: list[Batch] = [{**b, "phase": 0} for b in load["batches"]
+                                  if b.get("phase", 0) == (1 if loaded == SAME_ENGINE else 0)]
+            spec: EngineSpec = {**load, "batches": stored + asked,
+                                "max_model_len": max(store.get("max_model_len", DEFAULT_MODEL_LEN),
+                                                     load.get("max_model_len", DEFAULT_MODEL_LEN))}
+            spec.pop("connector", None)
+            spec.pop("drain", None)
+            spec.pop("lora_adapter", None)
             self.runs[name] = self._launch(spec, name, shared=True)
         run = self.runs[name]
         return run if run.ok else None
 
-    def _reference(self, baseline: EngineRun, mark: str, cached: int, setting: str) -> EngineRun | None:
+    def _reference(self, baseline: EngineRun, mark: str, cached: int,
+                   setting: Literal["cached_prefix", "prefill_chunk"]) -> EngineRun | None:
         name = f"{baseline.role}{mark}{cached}"
         if name not in self.runs:
-            spec = {**self._roles()[baseline.role](), setting: cached}
+            spec = self._roles()[baseline.role]()
+            spec[setting] = cached
             self.runs[name] = self._launch(spec, name, shared=True)
         run = self.runs[name]
         return run if run.ok else None
@@ -508,8 +515,8 @@ class EngineCell:
         if hung is not None:
             self.runs["producer"] = hung
             return hung, None
-        producer_spec = {**self._spec(self.kv_cache_dtype, "producer", STORED), "max_tokens": 1,
-                         "kv_transfer_params": {"do_remote_decode": True}}
+        producer_spec: EngineSpec = {**self._spec(self.kv_cache_dtype, "producer", STORED), "max_tokens": 1,
+                                     "kv_transfer_params": {"do_remote_decode": True}}
         engines = self.workdir / "engines"
         with serving_engine(producer_spec, engines, "producer", timeout_s=self.timeout_s, python=self.python,
                             **self._process("producer", side_channel_ports())) as producer:

@@ -50,9 +50,10 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, NoReturn
+from typing import Any, Mapping, NoReturn
 
 from conformance.levels.engine import separate
+from conformance.levels.engine.specs import Batch, EngineSpec, Request, Step
 
 COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
             "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits")
@@ -103,11 +104,11 @@ def _device_type() -> str:
     return str(getattr(current_platform, "device_type", "unknown"))
 
 
-def _record(output: Any, batch: str, idx: int, group: int, delta: dict[str, float], phase: int) -> dict[str, Any]:
+def _record(output: Any, batch: str, idx: int, group: int, delta: dict[str, float], phase: int) -> Request:
     completion = output.outputs[0]
-    steps = [{"token": tok, "logprob": lps[tok].logprob.hex(),
-              "top": sorted([k, v.logprob.hex()] for k, v in lps.items())}
-             for tok, lps in zip(completion.token_ids, completion.logprobs or [])]
+    steps: list[Step] = [{"token": tok, "logprob": lps[tok].logprob.hex(),
+                          "top": sorted([k, v.logprob.hex()] for k, v in lps.items())}
+                         for tok, lps in zip(completion.token_ids, completion.logprobs or [])]
     return {"batch": batch, "phase": phase, "idx": idx, "group": group,
             "prompt_len": len(output.prompt_token_ids or []),
             "tokens": list(completion.token_ids), "steps": steps,
@@ -163,7 +164,7 @@ def _reset_prefix_cache(llm: Any, timeout_s: float = 60.0) -> bool:
     return True
 
 
-def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
+def run(spec: EngineSpec, result: dict[str, Any]) -> None:
     started = time.perf_counter()
     result["imported_vllm"] = "vllm" not in sys.modules  # False in a child an engine host forked
     from vllm import LLM, SamplingParams
@@ -254,7 +255,8 @@ def run(spec: dict[str, Any], result: dict[str, Any]) -> None:
         pairs = list(zip(prompts, map(params, transfers)))
         groups = [pairs] if batch.get("together") else [[p] for p in pairs]
         idx = 0
-        lora = {"lora_request": adapters["a" if batch["lora"] is True else batch["lora"]]} if batch.get("lora") else {}
+        adapter = batch.get("lora")  # True: the first adapter, else its name here
+        lora = {"lora_request": adapters["a" if adapter is True else str(adapter)]} if adapter else {}
         for g, group in enumerate(groups):
             if spec.get("cached_prefix"):  # a prefix-cache reference (cell.EngineCell.references)
                 _cache_prefixes(llm, [p for p, _ in group], spec["cached_prefix"], salt, lora)
@@ -362,7 +364,7 @@ def _lora_adapter(model: str, out: str, lora_id: int, lora_name: str, seed: int 
     return LoRARequest(lora_name, lora_id, out, **more)
 
 
-def _abandon(llm: Any, batch: dict[str, Any], params: Any, timeout_s: float = 60.0) -> dict[str, Any]:
+def _abandon(llm: Any, batch: Batch, params: Any, timeout_s: float = 60.0) -> dict[str, Any]:
     """Add ``batch``'s requests, step the engine ``abort_after_steps`` times, abort the ones still running
     through the engine's own ``abort_request`` (as a client that went away), step until the engine
     holds no request, and ask vLLM to reset its prefix cache: which it refuses while any block is held."""
@@ -384,7 +386,7 @@ def _abandon(llm: Any, batch: dict[str, Any], params: Any, timeout_s: float = 60
             "drained": not engine.has_unfinished_requests(), "blocks_back": _reset_prefix_cache(llm, timeout_s)}
 
 
-def _serve(llm: Any, spec: dict[str, Any], result: dict[str, Any]) -> None:
+def _serve(llm: Any, spec: EngineSpec, result: dict[str, Any]) -> None:
     """A P/D producer: say it is ready (its result, with each request's kv_transfer_params), then
     keep the engine stepping (finished transfers reported, held blocks freed) until released."""
     _write(spec["result_path"], result)
@@ -400,7 +402,7 @@ def _write(path: str, result: dict[str, Any]) -> None:
     os.replace(path + ".tmp", path)  # the parent never reads half a file
 
 
-def prepare_environment(spec: dict[str, Any]) -> None:
+def prepare_environment(spec: Mapping[str, Any]) -> None:
     """The environment an engine runs in, set before vLLM is imported (a host sets it once)."""
     separate.settle()  # a hash seed the suite drew is the interpreter's, never vLLM's
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from conformance.levels.engine.launch import EngineRun
+from conformance.levels.engine.specs import Batch, Request, Step
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ PREFIX_HISTORY = Tolerance(PREFIX_HISTORY_LOGPROB_TOLERANCE, "the long-prefix to
                            "computes a prefix exactly as the storing engine did")
 
 
-def comparison_tolerance(run: EngineRun, batch: dict[str, Any]) -> Tolerance | None:
+def comparison_tolerance(run: EngineRun, batch: Batch) -> Tolerance | None:
     """None (compare bits) unless vLLM's own output for ``batch`` is not bit-reproducible across a
     load: MLA on CPU, or requests submitted together (their batch composition is the engine's)."""
     resolved = run.result.get("resolved") or {}
@@ -71,7 +72,7 @@ class Reference:
     run: Callable[[], EngineRun | None]  # its engine, started when first asked; None: vLLM would not run it here
     from_cache: bool  # skipped through vLLM's prefix cache: a request that missed it is no reference
 
-    def request(self, batch: str, i: int, cached: int) -> dict[str, Any] | None:
+    def request(self, batch: str, i: int, cached: int) -> Request | None:
         """Request ``i`` of ``batch`` if it is a reference for ``cached`` tokens not computed."""
         run = self.run()
         if run is None:
@@ -131,7 +132,7 @@ def compare_runs(got: EngineRun, want: EngineRun, batch: str, tolerance: Toleran
     return problems
 
 
-def request_outcome(request: dict[str, Any]) -> dict[str, Any]:
+def request_outcome(request: Request) -> dict[str, Any]:
     """What one request came to, as the results keep it (no logprobs: the tokens say the outcome)."""
     return {"batch": request["batch"], "idx": request["idx"], "phase": request.get("phase", 0),
             "prompt_len": request["prompt_len"], "cached": request["num_cached_tokens"],
@@ -139,19 +140,19 @@ def request_outcome(request: dict[str, Any]) -> dict[str, Any]:
             "tokens": request.get("tokens")}
 
 
-def external_hits_of(request: dict[str, Any]) -> int:
+def external_hits_of(request: Request) -> int:
     """The external prefix-cache hits vLLM counted for a request served alone."""
     return int((request.get("counters_delta") or {}).get("external_prefix_cache_hits", 0))
 
 
-def not_computed(request: dict[str, Any]) -> int:
+def not_computed(request: Request) -> int:
     """The prompt tokens vLLM did not compute for a request served alone: its prefix-cache hits, or,
     where vLLM reports none (a P/D consumer's remote prefill), the external hits counted for it; a
     prompt loaded whole still has vLLM compute its last token."""
     return min(request["num_cached_tokens"] or external_hits_of(request), request["prompt_len"] - 1)
 
 
-def bits_differ(got: dict[str, Any], want: dict[str, Any]) -> str | None:
+def bits_differ(got: Request, want: Request) -> str | None:
     """How one request's tokens or logprob bits differ from another's, or None."""
     if got["tokens"] != want["tokens"]:
         return f"tokens {got['tokens']}, but the baseline produced {want['tokens']}"
@@ -162,7 +163,7 @@ def bits_differ(got: dict[str, Any], want: dict[str, Any]) -> str | None:
     return None
 
 
-def within_tolerance(got: list[dict[str, Any]], want: list[dict[str, Any]], tolerance: Tolerance) -> str | None:
+def within_tolerance(got: list[Step], want: list[Step], tolerance: Tolerance) -> str | None:
     """Why two greedy decodes are more than rounding apart, or None.
 
     Each step's chosen-token logprob must be within ``tolerance`` of the baseline's. The decodes may
@@ -188,7 +189,7 @@ def within_tolerance(got: list[dict[str, Any]], want: list[dict[str, Any]], tole
     return None
 
 
-def _tie_broken(a: dict[str, Any], b: dict[str, Any], top_a: dict[int, float], top_b: dict[int, float],
+def _tie_broken(a: Step, b: Step, top_a: dict[int, float], top_b: dict[int, float],
                 limit: float) -> str | None:
     """Which half of the near-tie rule two diverging steps break, in numbers; None where both hold
     (each run's token in the other's top-k, within ``limit`` of the token that run chose)."""

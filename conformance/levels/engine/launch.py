@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator, Mapping
 
 from conformance.levels.engine import handover, separate
+from conformance.levels.engine.specs import EngineSpec, Request
 from conformance.util import procs
 
 LOG_TAIL = 3000
@@ -41,7 +42,7 @@ class EngineRun:
         """The engine ended for a reason that says nothing about the connector."""
         return self.timed_out or self.killed
 
-    def requests(self, batch: str) -> list[dict[str, Any]]:
+    def requests(self, batch: str) -> list[Request]:
         return [r for r in self.result.get("requests", []) if r["batch"] == batch]
 
     def phase(self, phase: int) -> EngineRun:
@@ -64,7 +65,7 @@ def last_frames(traceback: str, frames: int = 2) -> str:
     return "\n".join(lines[starts[-frames]:]).strip() if starts else ""
 
 
-def run_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s: float,
+def run_engine(spec: EngineSpec, workdir: Path, role: str, *, timeout_s: float,
                python: str = sys.executable, env: dict[str, str] | None = None,
                host: EngineHost | None = None) -> EngineRun:
     """Run one engine (``conformance.levels.engine.child``, forked by ``host`` if given) and return what it did."""
@@ -74,7 +75,7 @@ def run_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s: flo
 
 
 @contextmanager
-def serving_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s: float,
+def serving_engine(spec: EngineSpec, workdir: Path, role: str, *, timeout_s: float,
                    python: str = sys.executable, env: dict[str, str] | None = None,
                    host: EngineHost | None = None) -> Iterator[EngineRun]:
     """A P/D producer: its run as soon as its batches are done (``serve_until`` in its spec), while
@@ -101,7 +102,7 @@ def serving_engine(spec: dict[str, Any], workdir: Path, role: str, *, timeout_s:
         proc.wait()
 
 
-def _start(spec: dict[str, Any], workdir: Path, role: str, python: str, env: dict[str, str] | None,
+def _start(spec: EngineSpec, workdir: Path, role: str, python: str, env: dict[str, str] | None,
            host: EngineHost | None) -> tuple[Any, tuple[Path, Path, Path], float]:
     workdir.mkdir(parents=True, exist_ok=True)
     paths = spec_path, result_path, log_path = (workdir / f"{role}.spec.json", workdir / f"{role}.result.json",

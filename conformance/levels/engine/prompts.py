@@ -6,9 +6,10 @@ run asks for the same tokens."""
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from typing import Callable
 
 from conformance.levels.engine.models import IMAGE_MODEL, load_recipe
+from conformance.levels.engine.specs import Batch
 from conformance.levels.subject import PRESSURE_FACTOR
 
 VOCAB_LOW, VOCAB_HIGH = 4, 2048
@@ -17,7 +18,7 @@ MAX_PRESSURE_PROMPTS = 48  # what one engine cell stores for the pressure worklo
 PRESSURE_PROMPT_BLOCKS = (2, 16)  # each of its prompts' length, in blocks, at least and at most (the models' 1024 positions)
 
 
-def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024, pad: int = 0) -> dict[str, dict[str, Any]]:
+def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024, pad: int = 0) -> dict[str, Batch]:
     """Prompts around block boundaries, one extending a stored prefix, a concurrent batch, and the
     rest below; ``positions``: the model's, which bound the system prompt (``system_tokens``);
     ``pad``: whole blocks every prompt (and the shared prefix) is lengthened by, for a connector
@@ -72,7 +73,7 @@ def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024, pad: i
     }
 
 
-def pressure_batches(capacity: int, token_bytes: int, block_size: int, pad: int = 0) -> dict[str, dict[str, Any]] | str:
+def pressure_batches(capacity: int, token_bytes: int, block_size: int, pad: int = 0) -> dict[str, Batch] | str:
     """Prompts that fill ``capacity`` bytes PRESSURE_FACTOR times over, stored one by one (``pressure``),
     asked for again newest first (``pressure_again``), each ``pad`` tokens longer (a declared min span); or
     why a capacity that large cannot be filled here (at most MAX_PRESSURE_PROMPTS prompts)."""
@@ -95,7 +96,7 @@ def _conversations(system: list[int], tokens: Callable[[int], list[int]]) -> lis
     return [first, system + tokens(97), first + tokens(40)]
 
 
-def _embeds_batches(length: int) -> dict[str, dict[str, Any]]:
+def _embeds_batches(length: int) -> dict[str, Batch]:
     """Prompts given as embeddings (``"embeds"``: each prompt's seed; no token ids, vLLM puts zeros in
     their place) crossed with token ids every way: another prompt's embeddings and the zeros asked
     for after one was stored, then embeddings asked for after the zeros were stored (by the phase
@@ -111,7 +112,7 @@ def _embeds_batches(length: int) -> dict[str, dict[str, Any]]:
 EMBEDS_SEEDS = (1, 2, 3)  # the seeds of the three prompts given as embeddings
 
 
-def _image_batches(length: int) -> dict[str, dict[str, Any]]:
+def _image_batches(length: int) -> dict[str, Batch]:
     """One prompt of ``length`` words after an image (``"images"``: each prompt's image seed), stored
     with one image, then asked for with another behind the same placeholder tokens, and with the
     same again (which still loads). The image opens the prompt, so every block's KV depends on it."""
@@ -126,7 +127,7 @@ def _image_batches(length: int) -> dict[str, dict[str, Any]]:
 IMAGE_SEEDS = (1, 2)  # the seeds of the two images (noise) behind the same placeholder tokens
 
 
-def _tenant_batches(prompts: list[list[int]]) -> dict[str, dict[str, Any]]:
+def _tenant_batches(prompts: list[list[int]]) -> dict[str, Batch]:
     return {"tenant": {"name": "tenant", "prompts": prompts, "cache_salt": SALT},
             "untenanted": {"name": "untenanted", "prompts": prompts},
             "other_tenant": {"name": "other_tenant", "prompts": prompts, "cache_salt": THIRD_SALT}}

@@ -1,0 +1,84 @@
+"""What an engine is asked to run (``EngineSpec``, its ``Batch``es) and what it records of each
+request (``Request``), as the cell writes them and the engine child reads and writes them (JSON
+between two processes): typed, so that a key the two sides spell differently is a type error
+rather than a silent default."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class _Prompts(TypedDict):
+    name: str
+    prompts: list[list[int]]
+
+
+class Batch(_Prompts, total=False):
+    """Prompts an engine serves together (``together``) or one by one, in a phase (the engine's own
+    prefix cache is reset before each later phase), as a tenant, under an adapter, or given as
+    embeddings or after images."""
+
+    together: bool
+    phase: int
+    cache_salt: str
+    lora: bool | str  # True: the first adapter; "b": the second; "a2": the first's next version
+    embeds: list[int]  # each prompt's embeddings seed
+    images: list[int]  # each prompt's image seed
+    kv_transfer_params: list[dict[str, Any] | None]  # a P/D consumer's, one per prompt
+    abort_after_steps: int
+
+
+class _Engine(TypedDict):
+    model: str
+    kv_cache_dtype: str
+    block_size: int
+    batches: list[Batch]
+
+
+class EngineSpec(_Engine, total=False):
+    """One engine: the model and its KV cache, the connector (none: vLLM alone), what it serves, and
+    the settings of the roles that need their own (``child``'s docstring says what each does)."""
+
+    torch_threads: int
+    model_dtype: str
+    max_model_len: int
+    max_num_seqs: int
+    kv_cache_mb: int
+    num_blocks: int
+    connector: dict[str, Any]  # KVTransferConfig's keyword arguments
+    tensor_parallel_size: int
+    lora_adapter: str
+    prompt_embeds: bool
+    images: dict[str, Any]  # the image model recipe's "images"
+    max_tokens: int
+    logprobs: int
+    drain: bool
+    prefill_chunk: int  # a split reference's chunk
+    cached_prefix: int  # a prefix-cache reference's cached tokens
+    kv_transfer_params: dict[str, Any]  # what every request carries (a P/D producer's)
+    serve_until: str
+    serve_s: float
+    multiprocessing: bool
+    result_path: str  # set by the child that runs it
+
+
+class Step(TypedDict):
+    token: int
+    logprob: str  # float.hex: compared as bits
+    top: list[list[Any]]  # [token, float.hex] of the top-k
+
+
+class Request(TypedDict):
+    """What an engine recorded of one request (``kv_transfer_params``: what its output returned)."""
+
+    batch: str
+    phase: int
+    idx: int
+    group: int
+    prompt_len: int
+    tokens: list[int]
+    steps: list[Step]
+    finish_reason: str
+    num_cached_tokens: int
+    counters_delta: dict[str, float]
+    kv_transfer_params: dict[str, Any] | None
