@@ -7,7 +7,9 @@ section, so a reviewer can read the layout story from 0.19 to 0.32 without openi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, cast
+
+from conformance.api_surface.fingerprint import ClassEntry, DefEntry, Field, Fingerprint, Place, Registered
 
 NO_DIFFERENCES = "no differences"
 
@@ -18,7 +20,7 @@ class Section:
     lines: tuple[str, ...]
 
 
-def signature(entry: dict[str, Any]) -> str:
+def signature(entry: DefEntry) -> str:
     """A def's entry as Python would print it: ``classmethod (cls, x: int = 1) -> str``, ``[abstract]``."""
     parts, star_done = [], False
     for i, p in enumerate(entry["params"]):
@@ -39,7 +41,12 @@ def signature(entry: dict[str, Any]) -> str:
     return f"{kind}({', '.join(parts)}){returns}{abstract}"
 
 
-def keyed(old: dict[str, Any], new: dict[str, Any], show: Callable[[Any], str] = str) -> list[str]:
+def _signature_alone(entry: DefEntry) -> str:
+    """A def's signature without its abstractness (the abstract set is a section of its own)."""
+    return signature({**entry, "abstract": False})
+
+
+def keyed(old: Mapping[str, Any], new: Mapping[str, Any], show: Callable[[Any], str] = str) -> list[str]:
     """``+``/``-``/``~`` lines for two mappings, by key, with each value shown by ``show``."""
     lines = []
     for key in sorted(set(old) | set(new)):
@@ -52,12 +59,12 @@ def keyed(old: dict[str, Any], new: dict[str, Any], show: Callable[[Any], str] =
     return lines
 
 
-def _moved(what: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def _moved(what: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return [] if old.get("module") == new.get("module") else [f"~ {what} moved", f"    was: {old.get('module')}",
                                                                f"    now: {new.get('module')}"]
 
 
-def _connector(a: dict[str, Any], b: dict[str, Any]) -> list[Section]:
+def _connector(a: Fingerprint, b: Fingerprint) -> list[Section]:
     old, new = a["connector"]["methods"], b["connector"]["methods"]
     common = set(old) & set(new)
     abstract = [{n for n, e in side.items() if e["abstract"]} for side in (old, new)]
@@ -66,7 +73,7 @@ def _connector(a: dict[str, Any], b: dict[str, Any]) -> list[Section]:
             _moved(a["connector"]["class"], a["connector"], b["connector"])
             + keyed({k: old[k] for k in set(old) - common}, {k: new[k] for k in set(new) - common}, signature))),
         Section("signatures", tuple(keyed({k: old[k] for k in common}, {k: new[k] for k in common},
-                                          lambda e: signature({**e, "abstract": False})))),
+                                          _signature_alone))),
         Section("abstract set", tuple([f"- {n}" for n in sorted(abstract[0] - abstract[1])]
                                       + [f"+ {n}" for n in sorted(abstract[1] - abstract[0])])),
         Section("KVConnectorRole", tuple(_moved("KVConnectorRole", a["connector"]["role"], b["connector"]["role"])
@@ -74,43 +81,44 @@ def _connector(a: dict[str, Any], b: dict[str, Any]) -> list[Section]:
     ]
 
 
-def _field(entry: dict[str, Any]) -> str:
+def _field(entry: Field) -> str:
     return f"{entry['annotation']}" + (f" = {entry['default']}" if entry["default"] else "")
 
 
-def _connector_class(entry: dict[str, Any]) -> str:
+def _connector_class(entry: Registered) -> str:
     return f"{entry['module']}.{entry['class']}"
 
 
-def _place(place: dict[str, Any]) -> str:
+def _place(place: Place) -> str:
     if place["kind"] == "class":
-        members = ", ".join(f"{k}={v}" for k, v in place["members"].items())
-        return f"class({', '.join(place['bases'])})" + (f" {{{members}}}" if members else "")
-    return signature(place)
+        cls = cast(ClassEntry, place)
+        members = ", ".join(f"{k}={v}" for k, v in cls["members"].items())
+        return f"class({', '.join(cls['bases'])})" + (f" {{{members}}}" if members else "")
+    return signature(cast(DefEntry, place))
 
 
-def _places(section: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def _places(section: dict[str, list[Place]]) -> dict[str, Place]:
     return {f"{p['module']}.{p['qualname']}": p for places in section.values() for p in places}
 
 
-def _layout(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def _layout(a: Fingerprint, b: Fingerprint) -> list[str]:
     old, new = a["layout_api"], b["layout_api"]
     summary = [f"- {n}: no definition left" for n in sorted(old) if old[n] and not new.get(n)]
     summary += [f"+ {n}: now defined" for n in sorted(new) if new[n] and not old.get(n)]
     return summary + keyed(_places(old), _places(new), _place)
 
 
-def _backend_method(entry: dict[str, Any]) -> str:
+def _backend_method(entry: DefEntry) -> str:
     returns = entry.get("return_exprs")
     said = " | ".join(returns) if returns else ("..." if returns is None else "nothing")
     return f"{signature(entry)}; returns {said}"
 
 
-def _flat_backends(fp: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _flat_backends(fp: Fingerprint) -> dict[str, DefEntry]:
     return {f"{key}.{name}": entry for key, methods in fp["backends"].items() for name, entry in methods.items()}
 
 
-def _exports(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def _exports(a: Fingerprint, b: Fingerprint) -> list[str]:
     """Indexed modules that are gone or new, and names an indexed module no longer binds."""
     old, new = a["exports"]["modules"], b["exports"]["modules"]
     lines = [f"- module {m}" for m in sorted(set(old) - set(b["exports"]["all_modules"]))]
@@ -122,7 +130,7 @@ def _exports(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return lines
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Section]:
+def compare(a: Fingerprint, b: Fingerprint) -> list[Section]:
     """The sections in a fixed order; a section with no lines did not change."""
     return [
         *_connector(a, b),
@@ -143,7 +151,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Section]:
     ]
 
 
-def render(a: dict[str, Any], b: dict[str, Any]) -> str:
+def render(a: Fingerprint, b: Fingerprint) -> str:
     sections = [s for s in compare(a, b) if s.lines]
     head = f"vLLM {a['vllm_version']} -> {b['vllm_version']}"
     if not sections:

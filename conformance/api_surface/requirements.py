@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 
 from conformance.api_surface import fingerprint as fpfile
+from conformance.api_surface.fingerprint import Fingerprint
 from conformance.api_surface.static import BASE_CLASS
 from conformance.util.versions import version_key
 
@@ -148,12 +149,12 @@ def scan(path: Path) -> list[Requirement]:
 class FingerprintResolver:
     """Answers from a fingerprint: the exports index, the list of modules, and the surface sections."""
 
-    def __init__(self, fp: dict[str, Any]) -> None:
+    def __init__(self, fp: Fingerprint) -> None:
         self.fp, self.version = fp, fp["vllm_version"]
         self.modules = set(fp["exports"]["all_modules"])
-        exports = {m: set(names) for m, names in fp["exports"]["modules"].items()}
-        for section in ("dtype_map", "cache_dtype"):
-            exports.setdefault(fp[section]["module"], set()).add(fp[section].get("name", "CacheDType"))
+        exports: dict[str | None, set[str]] = {m: set(names) for m, names in fp["exports"]["modules"].items()}
+        exports.setdefault(fp["dtype_map"]["module"], set()).add(fp["dtype_map"]["name"])
+        exports.setdefault(fp["cache_dtype"]["module"], set()).add("CacheDType")
         for places in fp["layout_api"].values():
             for p in places:
                 exports.setdefault(p["module"], set()).add(p["qualname"].split(".")[0])
@@ -214,7 +215,7 @@ def present(resolver: Resolver, r: Requirement) -> bool | None:
     return resolver.has(module, parts[0])
 
 
-def _history(r: Requirement, version: str, history: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+def _history(r: Requirement, version: str, history: list[Fingerprint]) -> tuple[str | None, str | None]:
     """The newest committed release before ``version`` that has ``r``, and the first after it that does not."""
     older = [fp for fp in history if version_key(fp["vllm_version"]) < version_key(version)]
     seen = [present(FingerprintResolver(fp), r) for fp in older]
@@ -226,7 +227,7 @@ def _history(r: Requirement, version: str, history: list[dict[str, Any]]) -> tup
 
 
 def check(requirements: Iterable[Requirement], resolver: Resolver,
-          history: list[dict[str, Any]]) -> tuple[list[Missing], list[Requirement]]:
+          history: list[Fingerprint]) -> tuple[list[Missing], list[Requirement]]:
     """(missing, unchecked). A base method the connector defines or calls is a requirement only if some
     committed release's base class had it: otherwise it is the connector's own, or a mixin's."""
     missing, unchecked = [], []
@@ -295,8 +296,8 @@ def _absolute(module: str, target: str, level: int) -> str:
     return f"{package}.{target}" if target else package
 
 
-def check_requirements(module_or_file: str | Path, fingerprint: dict[str, Any] | None = None,
-                       history: list[dict[str, Any]] | None = None) -> list[Missing]:
+def check_requirements(module_or_file: str | Path, fingerprint: Fingerprint | None = None,
+                       history: list[Fingerprint] | None = None) -> list[Missing]:
     """What the connector needs that the installed vLLM (or ``fingerprint``) lacks: the plugin's entry point."""
     resolver: Resolver = FingerprintResolver(fingerprint) if fingerprint else ImportResolver()
     history = fpfile.committed() if history is None else history

@@ -17,9 +17,22 @@ import importlib
 import inspect
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from conformance.api_surface import sources, static
+from conformance.api_surface.fingerprint import (
+    CacheDtypeSection,
+    ClassEntry,
+    ConfigSection,
+    ConnectorSection,
+    DefEntry,
+    DtypeMapSection,
+    Fingerprint,
+    Param,
+    Place,
+    Registered,
+    RegistrySection,
+)
 
 WRAPPERS = {classmethod: "classmethod", staticmethod: "staticmethod", property: "property",
             functools.cached_property: "property"}
@@ -32,7 +45,7 @@ def _function_of(raw: Any) -> Any:
     return raw
 
 
-def _params(func: Any, static_params: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _params(func: Any, static_params: list[Param]) -> list[Param]:
     """The runtime's parameter names and kinds, with the static reader's source text for each name."""
     try:
         sig = inspect.signature(func)
@@ -40,17 +53,18 @@ def _params(func: Any, static_params: list[dict[str, Any]]) -> list[dict[str, An
         return static_params
     text = {p["name"]: p for p in static_params}
     return [{"name": p.name, "kind": p.kind.name.lower(),
-             "annotation": text.get(p.name, {}).get("annotation"), "default": text.get(p.name, {}).get("default")}
+             "annotation": text[p.name]["annotation"] if p.name in text else None,
+             "default": text[p.name]["default"] if p.name in text else None}
             for p in sig.parameters.values()]
 
 
-def callable_entry(raw: Any, static_entry: dict[str, Any] | None, in_class: bool = True) -> dict[str, Any]:
-    """A def as the runtime sees it (``raw`` as found by ``inspect.getattr_static``)."""
-    entry = dict(static_entry or {"params": [], "returns": None})
+def callable_entry(raw: Any, static_entry: DefEntry | None, in_class: bool = True) -> DefEntry:
+    """A def as the runtime sees it (``raw`` as found by ``inspect.getattr_static``): the static reader's
+    entry (its source text) with the runtime's kind, abstractness and parameters."""
+    found: DefEntry = static_entry or {"kind": "", "abstract": False, "params": [], "returns": None}
     kind = next((k for t, k in WRAPPERS.items() if isinstance(raw, t)), "method" if in_class else "function")
-    entry.update(kind=kind, abstract=bool(getattr(raw, "__isabstractmethod__", False)),
-                 params=_params(_function_of(raw), entry["params"]))
-    return entry
+    return {**found, "kind": kind, "abstract": bool(getattr(raw, "__isabstractmethod__", False)),
+            "params": _params(_function_of(raw), found["params"])}
 
 
 def _members(cls: type) -> dict[str, str]:
@@ -64,26 +78,26 @@ def _resolve(module: str | None, qualname: str) -> Any:
     return obj
 
 
-def _class_methods(cls: type, static_methods: dict[str, Any]) -> dict[str, Any]:
+def _class_methods(cls: type, static_methods: dict[str, DefEntry]) -> dict[str, DefEntry]:
     return {name: callable_entry(raw, static_methods.get(name)) for name, raw in vars(cls).items()
             if not isinstance(raw, type) and (callable(raw) or type(raw) in WRAPPERS)}
 
 
-def _connector(section: dict[str, Any]) -> None:
+def _connector(section: ConnectorSection) -> None:
     base = _resolve(section["module"], section["class"])
     section["methods"] = _class_methods(base, section["methods"])
     section["role"]["members"] = _members(_resolve(section["role"]["module"], "KVConnectorRole"))
 
 
-def _kv_transfer_config(section: dict[str, Any]) -> None:
+def _kv_transfer_config(section: ConfigSection) -> None:
     cls = _resolve(section["module"], "KVTransferConfig")
     names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else list(cls.model_fields)
     section["fields"] = {n: section["fields"].get(n, {"annotation": None, "default": None}) for n in names}
 
 
-def _registry(section: dict[str, Any]) -> None:
+def _registry(section: RegistrySection) -> None:
     factory = _resolve(section["module"], "KVConnectorFactory")
-    connectors = {}
+    connectors: dict[str, Registered] = {}
     for name, loader in factory._registry.items():
         found = inspect.getclosurevars(loader).nonlocals
         connectors[name] = {"module": found.get("module_path"), "class": found.get("class_name")}
@@ -105,26 +119,27 @@ def registered_module(name: str) -> str | None:
     return inspect.getclosurevars(loader).nonlocals.get("module_path") if loader else None
 
 
-def _dtype_map(section: dict[str, Any]) -> None:
+def _dtype_map(section: DtypeMapSection) -> None:
     table = _resolve(section["module"], section["name"])
     section["entries"] = {k: str(v) for k, v in table.items()}
 
 
-def _cache_dtype(section: dict[str, Any]) -> None:
+def _cache_dtype(section: CacheDtypeSection) -> None:
     section["values"] = list(typing.get_args(_resolve(section["module"], "CacheDType")))
 
 
-def _layout_api(section: dict[str, list[dict[str, Any]]]) -> None:
+def _layout_api(section: dict[str, list[Place]]) -> None:
     for places in section.values():
         for i, place in enumerate(places):
-            raw = _resolve(place["module"], place["qualname"])
-            if isinstance(raw, type):
-                place["members"] = _members(raw) if hasattr(raw, "__members__") else {}
+            module, qualname = place["module"], place["qualname"]
+            raw = _resolve(module, qualname)
+            if isinstance(raw, type):  # a class, as the static reader found it
+                cast(ClassEntry, place)["members"] = _members(raw) if hasattr(raw, "__members__") else {}
             else:
-                places[i] = callable_entry(raw, place, in_class="." in place["qualname"])
+                places[i] = callable_entry(raw, cast(DefEntry, place), in_class="." in qualname)
 
 
-def _backends(section: dict[str, dict[str, Any]]) -> None:
+def _backends(section: dict[str, dict[str, DefEntry]]) -> None:
     """Backends that import here (CUDA- or ROCm-only ones may not) are checked; the rest stay static."""
     for key, methods in section.items():
         module, cls_name = key.split(":")
@@ -137,17 +152,23 @@ def _backends(section: dict[str, dict[str, Any]]) -> None:
                         for name, entry in methods.items()}
 
 
-CHECKS = {"connector": _connector, "kv_transfer_config": _kv_transfer_config, "registry": _registry,
-          "dtype_map": _dtype_map, "cache_dtype": _cache_dtype, "layout_api": _layout_api, "backends": _backends}
-
-
-def fingerprint() -> dict[str, Any]:
-    """The installed vLLM's fingerprint, runtime facts in place of static ones where import knows them."""
+def fingerprint() -> Fingerprint:
+    """The installed vLLM's fingerprint, runtime facts in place of static ones where import knows them
+    (a section whose module the static reader did not find stays as it is)."""
     import vllm
 
     src = sources.read(Path(vllm.__file__).parent, version=vllm.__version__)
     fp = static.fingerprint(src, obtained_by="import")
-    for section, check in CHECKS.items():
-        if fp[section].get("module", True) is not None:  # None: the static reader found no such thing
-            check(fp[section])
+    if fp["connector"]["module"] is not None:
+        _connector(fp["connector"])
+    if fp["kv_transfer_config"]["module"] is not None:
+        _kv_transfer_config(fp["kv_transfer_config"])
+    if fp["registry"]["module"] is not None:
+        _registry(fp["registry"])
+    if fp["dtype_map"]["module"] is not None:
+        _dtype_map(fp["dtype_map"])
+    if fp["cache_dtype"]["module"] is not None:
+        _cache_dtype(fp["cache_dtype"])
+    _layout_api(fp["layout_api"])
+    _backends(fp["backends"])
     return fp

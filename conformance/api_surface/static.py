@@ -8,9 +8,24 @@ by path, because the names stay while their modules move between releases.
 from __future__ import annotations
 
 import ast
-from typing import Any, Iterator
+from typing import Iterator
 
 from conformance.api_surface import SCHEMA
+from conformance.api_surface.fingerprint import (
+    CacheDtypeSection,
+    ClassEntry,
+    ConfigSection,
+    ConnectorSection,
+    DefEntry,
+    DtypeMapSection,
+    ExportsSection,
+    Field,
+    Fingerprint,
+    Param,
+    Place,
+    Registered,
+    RegistrySection,
+)
 from conformance.api_surface.sources import SourceTree
 
 BASE_CLASS = "KVConnectorBase_V1"
@@ -42,7 +57,7 @@ def _decorator_names(fn: Def) -> list[str]:
     return names
 
 
-def params(args: ast.arguments) -> list[dict[str, Any]]:
+def params(args: ast.arguments) -> list[Param]:
     """Parameters in order: name, kind (as ``inspect.Parameter.kind``), annotation and default as source text."""
     positional = [*args.posonlyargs, *args.args]
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
@@ -71,10 +86,10 @@ def _returns(fn: Def) -> list[str] | None:
     return found if len(found) <= 4 and all(len(t) <= MAX_RETURN_TEXT for t in found) else None
 
 
-def function(fn: Def, in_class: bool = True, with_body: bool = False) -> dict[str, Any]:
+def function(fn: Def, in_class: bool = True, with_body: bool = False) -> DefEntry:
     """A def as data: kind (function/method/classmethod/staticmethod/property), abstractness, signature."""
     decorators = _decorator_names(fn)
-    entry = {"kind": next((KINDS[d] for d in decorators if d in KINDS), "method" if in_class else "function"),
+    entry: DefEntry = {"kind": next((KINDS[d] for d in decorators if d in KINDS), "method" if in_class else "function"),
              "abstract": "abstractmethod" in decorators,
              "params": params(fn.args), "returns": _text(fn.returns)}
     if with_body:
@@ -133,28 +148,28 @@ def find_assignment(src: SourceTree, name: str) -> tuple[str, ast.expr] | None:
     return None
 
 
-def _methods(cls: ast.ClassDef, with_body: bool = False) -> dict[str, dict[str, Any]]:
+def _methods(cls: ast.ClassDef, with_body: bool = False) -> dict[str, DefEntry]:
     return {n.name: function(n, with_body=with_body) for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def connector(src: SourceTree) -> dict[str, Any]:
+def connector(src: SourceTree) -> ConnectorSection:
     base, role = find_class(src, BASE_CLASS), find_class(src, "KVConnectorRole")
     return {"module": base and base[0], "class": BASE_CLASS, "methods": _methods(base[1]) if base else {},
             "role": {"module": role and role[0], "members": enum_members(role[1]) if role else {}}}
 
 
-def kv_transfer_config(src: SourceTree) -> dict[str, Any]:
+def kv_transfer_config(src: SourceTree) -> ConfigSection:
     found = find_class(src, "KVTransferConfig")
-    fields = {} if found is None else {
+    fields: dict[str, Field] = {} if found is None else {
         n.target.id: {"annotation": _text(n.annotation), "default": _text(n.value)}
         for n in found[1].body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
     return {"module": found and found[0], "fields": fields}
 
 
-def registry(src: SourceTree) -> dict[str, Any]:
+def registry(src: SourceTree) -> RegistrySection:
     """``KVConnectorFactory.register_connector(name, module_path, class_name)`` calls, at import time."""
     found = find_class(src, "KVConnectorFactory")
-    connectors: dict[str, dict[str, str]] = {}
+    connectors: dict[str, Registered] = {}
     for node in top_level(src.tree(found[0]).body) if found else ():
         call = node.value if isinstance(node, ast.Expr) else None
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "register_connector":
@@ -165,17 +180,17 @@ def registry(src: SourceTree) -> dict[str, Any]:
     return {"module": found and found[0], "connectors": connectors}
 
 
-def dtype_map(src: SourceTree) -> dict[str, Any]:
+def dtype_map(src: SourceTree) -> DtypeMapSection:
     found = find_assignment(src, "STR_DTYPE_TO_TORCH_DTYPE")
-    entries = {}
+    entries: dict[str, str] = {}
     if found and isinstance(found[1], ast.Dict):
         for k, v in zip(found[1].keys, found[1].values):
             if isinstance(k, ast.Constant):
-                entries[k.value] = TORCH_ALIASES.get(ast.unparse(v), ast.unparse(v))
+                entries[str(k.value)] = TORCH_ALIASES.get(ast.unparse(v), ast.unparse(v))
     return {"module": found and found[0], "name": "STR_DTYPE_TO_TORCH_DTYPE", "entries": entries}
 
 
-def cache_dtype(src: SourceTree) -> dict[str, Any]:
+def cache_dtype(src: SourceTree) -> CacheDtypeSection:
     found = find_assignment(src, "CacheDType")
     values: list[str] = []
     if found and isinstance(found[1], ast.Subscript):
@@ -185,18 +200,19 @@ def cache_dtype(src: SourceTree) -> dict[str, Any]:
     return {"module": found and found[0], "values": values}
 
 
-def _definition(module: str, qualname: str, node: ast.stmt) -> dict[str, Any]:
+def _definition(module: str, qualname: str, node: ast.stmt) -> Place:
     """A layout helper's place and shape; ``qualname`` has a dot when it is a method."""
     if isinstance(node, ast.ClassDef):
-        return {"module": module, "qualname": qualname, "kind": "class",
-                "bases": [ast.unparse(b) for b in node.bases], "members": enum_members(node)}
+        cls: ClassEntry = {"module": module, "qualname": qualname, "kind": "class",
+                           "bases": [ast.unparse(b) for b in node.bases], "members": enum_members(node)}
+        return cls
     return {"module": module, "qualname": qualname, **function(node, in_class="." in qualname)}  # type: ignore[arg-type]
 
 
-def layout_api(src: SourceTree) -> dict[str, list[dict[str, Any]]]:
+def layout_api(src: SourceTree) -> dict[str, list[Place]]:
     """Where each layout helper is defined: at module level anywhere, or as a method outside the
     connector implementations (whose overrides of the base class's hook are not API)."""
-    found: dict[str, list[dict[str, Any]]] = {name: [] for name in LAYOUT_NAMES}
+    found: dict[str, list[Place]] = {name: [] for name in LAYOUT_NAMES}
     for module in src.grep(r"^\s*(def|class) (" + "|".join(LAYOUT_NAMES) + r")\b"):
         for node in top_level(src.tree(module).body):
             if getattr(node, "name", None) in found:
@@ -210,9 +226,9 @@ def layout_api(src: SourceTree) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
-def backends(src: SourceTree) -> dict[str, dict[str, Any]]:
+def backends(src: SourceTree) -> dict[str, dict[str, DefEntry]]:
     """Each attention backend class's KV shape, stride order and supported layouts, with what they return."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, DefEntry]] = {}
     for module in src.grep(r"def (" + "|".join(BACKEND_METHODS) + r")\b"):
         if not module.startswith(BACKENDS_PACKAGE + "."):
             continue
@@ -224,7 +240,7 @@ def backends(src: SourceTree) -> dict[str, dict[str, Any]]:
     return out
 
 
-def exports(src: SourceTree) -> dict[str, Any]:
+def exports(src: SourceTree) -> ExportsSection:
     """Names bound at import time (and child modules) of every module under the connector package and
     of every module the in-tree connectors import from: what ``from vllm.X import Y`` can be checked against;
     and the names of all modules, so that a module that is gone can be told from one that is not indexed."""
@@ -241,7 +257,7 @@ def exports(src: SourceTree) -> dict[str, Any]:
     return {"covered": [CONNECTOR_PACKAGE], "modules": modules, "all_modules": sorted(src.modules)}
 
 
-def fingerprint(src: SourceTree, obtained_by: str = "static") -> dict[str, Any]:
+def fingerprint(src: SourceTree, obtained_by: str = "static") -> Fingerprint:
     return {"schema": SCHEMA, "vllm_version": src.version, "obtained_by": obtained_by, "source": src.origin,
             "connector": connector(src), "kv_transfer_config": kv_transfer_config(src), "registry": registry(src),
             "dtype_map": dtype_map(src), "cache_dtype": cache_dtype(src), "layout_api": layout_api(src),

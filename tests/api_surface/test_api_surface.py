@@ -94,7 +94,7 @@ def tiny(tmp_path: Path) -> Path:
     return tmp_path / "src"
 
 
-def committed(version: str) -> dict:
+def committed(version: str) -> fingerprint.Fingerprint:
     return fingerprint.load(fingerprint.committed_path(version, API))
 
 
