@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from conformance import __version__
 
@@ -261,6 +261,7 @@ def _no_such_cell(args: argparse.Namespace, name: str, cells: list) -> str:
 
 def _report(args: argparse.Namespace) -> int:
     from conformance.report import render as report
+    from conformance.report.document import MatrixReport
 
     source = args.results_dir
     if source.is_file():  # a published matrix.json: its cells carry everything the views are derived from
@@ -282,7 +283,8 @@ def _report(args: argparse.Namespace) -> int:
                 return 2
             ids = {c["id"] for c in fresh}
             cells = [c for c in cells if c.get("id") not in ids] + fresh
-        rendered = report.write_report(report.derive({"schema": matrix.get("schema"), "cells": cells}), out)
+        rendered = report.write_report(report.derive(cast(MatrixReport, {"schema": matrix.get("schema"), "cells": cells})),
+                                       out)
     elif args.add:
         print("kvconform: --add joins results to a published MATRIX.json, not to a results dir", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from conformance.report.document import ReportCell
 from conformance.util.versions import version_key
 from conformance.verdict.clauses import CLAUSES, GROUP_OF, GROUPS
 from conformance.verdict.status import Status, worst
@@ -35,7 +36,7 @@ MARK_MEANINGS = {"✓": "passes",
                  "–": "not judged: capability not claimed, or not run (Disabled, Skip)"}
 
 
-def answers(cells: list[dict[str, Any]]) -> dict[str, Any]:
+def answers(cells: list[ReportCell]) -> dict[str, Any]:
     """One entry per subject, in the matrix's order: its grid, its notes and its summary."""
     subjects: dict[str, dict[str, Any]] = {}
     for index, cell in enumerate(cells):
@@ -50,7 +51,7 @@ def answers(cells: list[dict[str, Any]]) -> dict[str, Any]:
             "headlines": headlines(cells)}
 
 
-def headlines(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def headlines(cells: list[ReportCell]) -> list[dict[str, Any]]:
     """The matrix.yaml headlines the cells answer, in the cells' order: per headline, one row per
     cell, its verdict, a mark per clause group and the reason of its most severe clause."""
     out: dict[str, dict[str, Any]] = {}
@@ -68,7 +69,7 @@ def headlines(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def _headline_reason(cell: dict[str, Any]) -> str:
+def _headline_reason(cell: ReportCell) -> str:
     """The reason of the cell's most severe status (judged ones first) that most of its clauses of
     that status share, after the first clause giving it (in the clauses' order, so the same
     however the cell's file was keyed); "" for a cell that passed everything."""
@@ -84,18 +85,18 @@ def _headline_reason(cell: dict[str, Any]) -> str:
     return f"{clause}: {why[clause]}"
 
 
-def _column(co: dict[str, Any]) -> tuple[str, str]:
+def _column(co: dict[str, str]) -> tuple[str, str]:
     return str(co.get("vllm", "")), str(co.get("lmcache", ""))
 
 
-def _rows_of(cell: dict[str, Any]) -> list[tuple[str, str]]:
+def _rows_of(cell: ReportCell) -> list[tuple[str, str]]:
     """The (model, dtype) rows a cell speaks for: a connector-level cell for every dtype of its axis."""
     co = cell.get("coordinates") or {}
     dtypes = str(co.get("kv_cache_dtype", "")).split("+")
     return [(str(co.get("model", "")), d) for d in dtypes]
 
 
-def _grid(subject: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any]:
+def _grid(subject: dict[str, Any], cells: list[ReportCell]) -> dict[str, Any]:
     members = [cells[i] for i in subject["cells"]]
     columns = sorted({_column(c.get("coordinates") or {}) for c in members},
                      key=lambda p: (version_key(p[0]), version_key(p[1])))
@@ -144,7 +145,7 @@ def _grid(subject: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any
             "prefill": _prefill(members, labels)}
 
 
-def _stack_lines(members: list[dict[str, Any]], labels: dict[tuple[str, str], str]) -> list[str]:
+def _stack_lines(members: list[ReportCell], labels: dict[tuple[str, str], str]) -> list[str]:
     """One sentence per torch that stacks took in place of vLLM's pin, naming the columns that did."""
     order = list(labels.values())
     by_torch: dict[tuple[str, str, str], dict[str, str]] = {}
@@ -164,7 +165,7 @@ def _stack_lines(members: list[dict[str, Any]], labels: dict[tuple[str, str], st
     return lines
 
 
-def _env_lines(members: list[dict[str, Any]]) -> list[str]:
+def _env_lines(members: list[ReportCell]) -> list[str]:
     """One sentence per engine environment the subject declares (--kv-engine-env), as its cells recorded it:
     every engine ran with it, the separate-engine rule's drawn hash seeds aside."""
     envs = {tuple(sorted(e.items())) for cell in members if (e := cell.get("engine_env"))}
@@ -172,7 +173,7 @@ def _env_lines(members: list[dict[str, Any]]) -> list[str]:
             for env in sorted(envs)]
 
 
-def _supplied_lines(members: list[dict[str, Any]]) -> list[str]:
+def _supplied_lines(members: list[ReportCell]) -> list[str]:
     """One sentence per thing the suite started in the subject's place, as its cells recorded it."""
     supplied = sorted({s for cell in members for s in cell.get("supplied") or ()})
     return [f"judged with what the suite supplied in its user's place: {s}" for s in supplied]
@@ -274,7 +275,7 @@ def _range(first: str, last: str) -> str:
     return f"{first} to {last}"
 
 
-def _prefill(members: list[dict[str, Any]], labels: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+def _prefill(members: list[ReportCell], labels: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
     """Per engine cell that timed both, the loaded prompts' prefill against the recomputed baseline's."""
     out = []
     for cell in members:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
+from conformance.report.document import ReportCell
 from conformance.report.render import matrix_document
 from conformance.verdict import results
 from conformance.verdict.results import ResultsDocument
@@ -85,7 +85,7 @@ def load_side(results_dir: Path, side: str) -> list[ResultsDocument]:
     return docs
 
 
-def _cells(docs: list[ResultsDocument]) -> dict[str, dict[str, Any]]:
+def _cells(docs: list[ResultsDocument]) -> dict[str, ReportCell]:
     return {f"{c['id']} [{c['tier']}]": c for c in matrix_document(docs)["cells"]}
 
 

@@ -14,10 +14,11 @@ the script renders: messages are stored once each.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping, cast
 
 from conformance import __version__
 from conformance.report.answers import MARK_MEANINGS, MARKS
+from conformance.report.document import MatrixReport
 from conformance.verdict.clauses import CLAUSES
 
 COLOURS = {
@@ -285,7 +286,7 @@ if (linked >= 0) openCells([linked]);
 """
 
 
-def page_data(matrix: dict[str, Any]) -> dict[str, Any]:
+def page_data(matrix: MatrixReport) -> dict[str, Any]:
     """What the page's script reads: the cells with each message stored once (by index into
     ``texts``, cut at MESSAGE_LIMIT), the answers, and the marks, colours and levels it draws with."""
     texts: list[str] = []
@@ -301,11 +302,11 @@ def page_data(matrix: dict[str, Any]) -> dict[str, Any]:
     keep = ("id", "tier", "level", "coordinates", "statuses", "verdict", "command", "wall_s", "evidence", "supplied",
             "loads")
     package_sets: list[dict[str, str]] = []
-    cells = [{**{k: c[k] for k in keep if k in c},
+    cells = [{**{k: row[k] for k in keep if k in row},
               "messages": {clause: ref(m) for clause, m in (c.get("messages") or {}).items() if m},
               "packages": _index(package_sets, c.get("packages") or {}),
-              **({"stack": {k: v for k, v in c["stack"].items() if k != "python"}} if c.get("stack") else {})}
-             for c in matrix["cells"]]
+              **({"stack": {k: v for k, v in stack.items() if k != "python"}} if (stack := c.get("stack")) else {})}
+             for c in matrix["cells"] for row in [cast(Mapping[str, Any], c)]]
     levels = [{"title": title, "clauses": [c for c in CLAUSES if CLAUSES[c].level == level]}
               for level, title in LEVEL_TITLES.items()]
     return {"cells": cells, "clauses": matrix["clauses"], "answers": matrix["answers"], "counts": matrix["counts"],
@@ -321,7 +322,7 @@ def _index(table: list[Any], value: Any) -> int:
     return table.index(value)
 
 
-def render_html(matrix: dict[str, Any]) -> str:
+def render_html(matrix: MatrixReport) -> str:
     # "</" is escaped so no value can close the <script> element the data sits in.
     payload = json.dumps(page_data(matrix), sort_keys=True, separators=(",", ":")).replace("</", "<\\/")
     page = _PAGE.replace("__VERSION__", __version__)

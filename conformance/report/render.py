@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.answers import MARK_MEANINGS, MARKS, answers
+from conformance.report.document import MatrixReport, ReportCell
 from conformance.report.html import LEVEL_TITLES, render_html
 from conformance.util.versions import version_key
 from conformance.verdict import results
@@ -56,8 +57,8 @@ def clause_statuses(tests: list[TestEntry]) -> dict[str, str]:
     return {clause: t["status"] for clause, t in clause_verdicts(tests).items()}
 
 
-def matrix_document(docs: list[ResultsDocument]) -> dict[str, Any]:
-    cells = []
+def matrix_document(docs: list[ResultsDocument]) -> MatrixReport:
+    cells: list[ReportCell] = []
     for doc in docs:
         timings = (doc.get("connector") or {}).get("engine_timings") or {}
         verdicts = clause_verdicts(doc["tests"])
@@ -113,13 +114,14 @@ def load_evidence(tests: list[TestEntry]) -> dict[str, str]:
     return said
 
 
-def derive(matrix: dict[str, Any]) -> dict[str, Any]:
+def derive(matrix: MatrixReport) -> MatrixReport:
     """The views a report shows, computed from its cells alone (so a published matrix.json can be
     re-rendered after the report changes, without its results): clauses, coordinates, the answer
     grids, the vLLM x LMCache grid and the counts."""
     cells = matrix["cells"]
     for cell in cells:
-        cell.setdefault("level", cell.get("kind"))  # matrix documents from before the rename
+        if "level" not in cell:  # matrix documents from before the rename
+            cell["level"] = cell.get("kind") or ""
         cell["command"] = portable(cell.get("command") or "")
         cell["messages"] = {c: portable(m) for c, m in (cell.get("messages") or {}).items()}
     present = {c for cell in cells for c in cell["statuses"]}
@@ -166,12 +168,12 @@ def portable(text: str) -> str:
 COORDINATE_ORDER = ("store", "connector", "model", "kv_cache_dtype", "vllm", "lmcache")
 
 
-def coordinate_names(cells: list[dict[str, Any]]) -> list[str]:
+def coordinate_names(cells: list[ReportCell]) -> list[str]:
     names = {k for cell in cells for k in cell.get("coordinates", {})}
     return sorted(names, key=lambda k: (COORDINATE_ORDER.index(k) if k in COORDINATE_ORDER else len(COORDINATE_ORDER), k))
 
 
-def version_grid(cells: list[dict[str, Any]]) -> dict[str, Any]:
+def version_grid(cells: list[ReportCell]) -> dict[str, Any]:
     """vLLM x LMCache columns against (connector or store, model, dtype, tier) rows: each cell's verdict.
 
     A maintainer reads one row to see where a connector breaks across versions; a stack that failed
@@ -193,7 +195,7 @@ def version_grid(cells: list[dict[str, Any]]) -> dict[str, Any]:
             "rows": list(rows.values())}
 
 
-def markdown(matrix: dict[str, Any]) -> str:
+def markdown(matrix: MatrixReport) -> str:
     counts = matrix.get("counts") or {}
     lines = ["# kvconform compatibility matrix", "",
              f"{len(matrix['cells'])} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(
@@ -238,7 +240,7 @@ def markdown(matrix: dict[str, Any]) -> str:
         for cell, p in problems:
             first = (p["message"] or "").splitlines()[0] if p["message"] else ""
             lines.append(f"- **{cell['id']}** `{p['clause']}` {p['status']}: {first}")
-            repro = cell["command"].replace("RESULTS.json", "out.json").replace(" --junitxml=JUNIT.xml", "")
+            repro = (cell.get("command") or "").replace("RESULTS.json", "out.json").replace(" --junitxml=JUNIT.xml", "")
             lines.append(f"  - repro: `{repro}`")
             if (cell.get("loads") or {}).get(p["clause"]):
                 lines.append(f"  - evidence: {cell['loads'][p['clause']]}")
@@ -267,11 +269,11 @@ def _subject_markdown(subject: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def render(results_dir: Path, out_dir: Path, only: set[str] | None = None) -> dict[str, Any]:
+def render(results_dir: Path, out_dir: Path, only: set[str] | None = None) -> MatrixReport:
     return write_report(matrix_document(load_results(results_dir, only)), out_dir)
 
 
-def write_report(matrix: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def write_report(matrix: MatrixReport, out_dir: Path) -> MatrixReport:
     """matrix.json, matrix.md and index.html of ``matrix`` in ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -282,17 +284,21 @@ def write_report(matrix: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     return matrix
 
 
-def linked_evidence(matrix: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def linked_evidence(matrix: MatrixReport, out_dir: Path) -> MatrixReport:
     """``matrix`` with each cell's engine logs as links from ``out_dir`` (a report beside its results,
     ``results/TIER/report/``, reaches them; a published copy without them links none)."""
     cells = []
     for cell in matrix["cells"]:
         logs = {role: f"../{path}" for role, path in (cell.get("evidence") or {}).items()
                 if (out_dir / ".." / path).is_file()}
-        cells.append({**{k: v for k, v in cell.items() if k != "evidence"}, **({"evidence": logs} if logs else {})})
+        linked: ReportCell = {**cell}
+        linked.pop("evidence", None)
+        if logs:
+            linked["evidence"] = logs
+        cells.append(linked)
     return {**matrix, "cells": cells}
 
 
-def any_red(matrix: dict[str, Any]) -> bool:
+def any_red(matrix: MatrixReport) -> bool:
     """A matrix with a red cell fails the run."""
     return any(is_red(cell["verdict"]) for cell in matrix["cells"])
