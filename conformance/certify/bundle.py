@@ -211,9 +211,8 @@ def _nvidia_driver() -> str | None:
 
 
 def environment_fingerprint() -> dict[str, Any]:
-    env = results.environment()
-    env.update({"kvconform": __version__, "kvconform_commit": git_commit(), "gpu": gpu_description()})
-    return env
+    # The results' environment, with the suite's commit and the GPU described in full.
+    return {**results.environment(), "kvconform": __version__, "kvconform_commit": git_commit(), "gpu": gpu_description()}
 
 
 def sha256_file(path: Path) -> str:

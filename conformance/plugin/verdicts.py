@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 
 from conformance.plugin import options
 from conformance.plugin.fixtures import connector_choice
 from conformance.plugin.options import ENGINE_EVIDENCE, ENGINE_TIMINGS, ENGINE_VERSIONS, session_state
+
+if TYPE_CHECKING:
+    from conformance.util.identity import Identity
 
 
 @pytest.fixture(autouse=True)
@@ -235,7 +238,7 @@ class Recorder:
             records=self.records))
 
 
-def _connector_identity(spec: str) -> dict[str, Any]:
+def _connector_identity(spec: str) -> Identity:
     """What code the connector ``spec`` is: its module's, or for a registry name the module vLLM's
     factory imports for it (vLLM itself when vLLM is not loaded in this process: the engine level)."""
     import sys

@@ -15,7 +15,7 @@ from conformance.report.document import MatrixReport, ReportCell
 from conformance.report.html import LEVEL_TITLES, render_html
 from conformance.util.versions import version_key
 from conformance.verdict import results
-from conformance.verdict.clauses import CLAUSES, GROUPS
+from conformance.verdict.clauses import CLAUSES, GROUPS, PassRecord
 from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry, platform_of
 from conformance.verdict.status import Status, is_red, worst
 
@@ -100,7 +100,7 @@ def matrix_document(docs: list[ResultsDocument]) -> MatrixReport:
 def load_evidence(tests: list[TestEntry]) -> dict[str, str]:
     """Per clause, what the passes its results entries recorded loaded, in words: a Pass or a Not
     exercised reads as what it rests on (the passes themselves are in the results file)."""
-    seen: dict[str, list[dict[str, Any]]] = {}
+    seen: dict[str, list[PassRecord]] = {}
     for test in tests:
         seen.setdefault(test["clause"], []).extend(test.get("evidence") or ())
     said = {}

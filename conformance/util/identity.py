@@ -16,10 +16,27 @@ import importlib.util
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 
-def identify(module: str) -> dict[str, Any]:
+class Identity(TypedDict, total=False):
+    """What code a module was loaded from: a wheel's distribution, version and RECORD (and the files
+    edited since), or a source tree's directory hash and git commit; ``problems``: what makes it
+    irreproducible."""
+
+    module: str
+    problems: list[str]
+    distribution: str
+    version: str
+    record_sha256: str
+    modified: list[str]
+    source_tree: str
+    tree_sha256: str
+    git_commit: str | None
+    dirty: bool
+
+
+def identify(module: str) -> Identity:
     """The identity of the code ``module`` is loaded from, without importing it (its parent
     packages are imported to find it). ``problems`` lists what makes it irreproducible."""
     try:
@@ -33,14 +50,14 @@ def identify(module: str) -> dict[str, Any]:
     return {"module": module, **(installed if installed is not None else _source_tree(origin.parent))}
 
 
-def reproducibility_problems(identity: dict[str, Any] | None) -> list[str]:
+def reproducibility_problems(identity: Identity | None) -> list[str]:
     """Why the tested code cannot be told apart from other code (empty: it can)."""
     if not identity:
         return ["no identity of the tested code recorded"]
     return list(identity.get("problems") or [])
 
 
-def _installed(top: str, origin: Path) -> dict[str, Any] | None:
+def _installed(top: str, origin: Path) -> Identity | None:
     """The distribution whose RECORD lists ``origin``; None for code not installed from a wheel
     (an editable install's RECORD lists only its finder)."""
     for name in metadata.packages_distributions().get(top, []):
@@ -89,9 +106,9 @@ def suite_digest() -> str:
     return tree_sha256(Path(__file__).resolve().parents[1])
 
 
-def _source_tree(directory: Path) -> dict[str, Any]:
+def _source_tree(directory: Path) -> Identity:
     """A module in a source tree: its git commit and dirty flag, and a hash of its directory."""
-    found: dict[str, Any] = {"source_tree": directory.name, "tree_sha256": tree_sha256(directory)}
+    found: Identity = {"source_tree": directory.name, "tree_sha256": tree_sha256(directory)}
     head = _git(directory, "rev-parse", "HEAD")
     if head is None:
         return {**found, "git_commit": None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypedDict, TypeVar
 
 from conformance.verdict import seeds
 
@@ -373,6 +373,12 @@ assert sorted(GROUP_OF) == sorted(CLAUSES) and len(GROUP_OF) == sum(map(len, GRO
 
 CLAUSE_MARK = "kv_clause"
 
+# One connector-level pass, as its results entry keeps it: its storage, format, layout and block size,
+# the tokens each request loaded and the first blocks reported failed ("pass": the functional syntax).
+PassRecord = TypedDict("PassRecord", {"storage": str, "pass": int, "kv_cache_dtype": str, "layout": str,
+                                      "block_size": int, "loaded": dict[str, int], "failed_blocks": list[int]})
+
+
 @dataclass
 class RunningTest:
     """The clause test running now: its node id, its clause and the examples Hypothesis ran."""
@@ -387,7 +393,7 @@ class RunningTest:
     coded: int = 0
     # What each pass of the connector level loaded, per request (the last MAX_PASSES): the evidence
     # a verdict rests on, kept in the results.
-    passes: list[dict[str, Any]] = field(default_factory=list)
+    passes: list[PassRecord] = field(default_factory=list)
     observed: str = ""  # what the workload did (prompts evicted, local hits), recorded with a Pass
 
 
@@ -441,7 +447,7 @@ def count_coded(compared: int, changed: int) -> None:
 MAX_PASSES = 24  # passes kept per clause test: the last ones (a failing example ends the test)
 
 
-def record_pass(outcome: dict[str, Any]) -> None:
+def record_pass(outcome: PassRecord) -> None:
     """Record one connector-level pass's outcome (its requests' loaded tokens, failed blocks)."""
     test = _RUNNING.get()
     if test is not None:

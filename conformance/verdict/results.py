@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence, TypedDict
 
 from conformance import __version__
 from conformance.util.identity import suite_digest
+from conformance.verdict.clauses import PassRecord
 from conformance.verdict.secrets import REDACTED as REDACTED  # redaction, re-exported for every writer
 from conformance.verdict.secrets import SAFE_ENV_VALUES as SAFE_ENV_VALUES
 from conformance.verdict.secrets import recorded_env as recorded_env
@@ -55,7 +56,7 @@ class TestEntry(TypedDict, total=False):
     raw_status: str  # the suite's own verdict, before the matrix's expectations
     expected: str  # why the matrix expects a failure here
     raw_message: str  # the suite's own message, where an XPass replaced it
-    evidence: list[dict[str, Any]]  # the connector level's last passes: each request's loaded tokens, failed blocks
+    evidence: list[PassRecord]  # the connector level's last passes: each request's loaded tokens, failed blocks
 
 
 class CellInfo(TypedDict, total=False):
@@ -74,6 +75,18 @@ class CellInfo(TypedDict, total=False):
     headline: str  # the matrix.yaml headline the cell answers (its own row in the report)
 
 
+class Environment(TypedDict, total=False):
+    """The machine and packages a results file was made with (``cpu_features``, ``gpu``: absent in
+    files from before they were recorded)."""
+
+    python: str
+    platform: str
+    cpu: str
+    cpu_features: list[str]
+    gpu: str
+    packages: dict[str, str]
+
+
 class ResultsDocument(TypedDict, total=False):
     """A results file: the schema every writer and reader of ``kvconform.results/1`` shares."""
 
@@ -86,7 +99,7 @@ class ResultsDocument(TypedDict, total=False):
     profile: str
     kv_cache_dtypes: list[str] | None
     hypothesis_settings: dict[str, Any]
-    environment: dict[str, Any]
+    environment: Environment
     tests: list[TestEntry]
     summary: dict[str, int]
     cell: CellInfo
@@ -100,7 +113,7 @@ class TestRecord:
     duration_s: float
     examples: int
     message: str = ""
-    evidence: list[dict[str, Any]] | None = None  # the connector level's passes: each request's loaded tokens
+    evidence: list[PassRecord] | None = None  # the connector level's passes: each request's loaded tokens
 
 
 def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str]:
@@ -158,7 +171,7 @@ def gpu_model() -> str:
     return "none"
 
 
-def environment() -> dict[str, Any]:
+def environment() -> Environment:
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -169,7 +182,7 @@ def environment() -> dict[str, Any]:
     }
 
 
-def platform_of(env: dict[str, Any]) -> str:
+def platform_of(env: Environment) -> str:
     """The machine a results file was made on, in words: its CPU, the features that matter, its GPU
     (a file from before they were recorded: its CPU alone)."""
     features = env.get("cpu_features")
