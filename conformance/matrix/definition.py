@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 import yaml
 
@@ -134,12 +134,39 @@ class Exclusion(Condition):
     reason: str
 
 
+class StoreEntry(TypedDict):
+    """A ``stores:`` entry, validated: the store, its own profile (None: the tier's), tiers and stacks."""
+
+    target: str
+    profile: str | None
+    tiers: tuple[str, ...]
+    stacks: tuple[str | None, ...]  # None: the runner's own Python
+
+
+class _ConnectorEntry(TypedDict):
+    connector: str
+    models: list[str]
+    kv_cache_dtypes: list[str]
+    tiers: tuple[str, ...]
+    stacks: tuple[str | None, ...]
+    levels: list[str]
+
+
+class ConnectorEntry(_ConnectorEntry, total=False):
+    """A ``connectors:`` entry, validated (its engine environment's values as strings)."""
+
+    extra_config: dict[str, Any]  # the connector's own, as a user writes it
+    capabilities: list[str]
+    engine_env: dict[str, str]
+    profile: str
+
+
 @dataclass(frozen=True)
 class Matrix:
     path: Path
     tiers: Mapping[str, Tier]
-    stores: Mapping[str, dict[str, Any]]  # name -> {target, tiers, stacks}
-    connectors: Mapping[str, dict[str, Any]]
+    stores: Mapping[str, StoreEntry]
+    connectors: Mapping[str, ConnectorEntry]
     expectations: tuple[Expectation, ...]
     control_tiers: tuple[str, ...]
     stacks: Mapping[str, Stack] = field(default_factory=dict)
@@ -296,7 +323,7 @@ def load(path: Path) -> Matrix:
             f"one of the stacks {list(stacks)}, got {default_stack!r}")
     _expect(default_stack is None or "cpu" in stacks[default_stack].install, path, "default_stack",
             f"a stack with a cpu install list (`nox -s quick` installs it here); {default_stack!r} has none")
-    stores: dict[str, dict[str, Any]] = {}
+    stores: dict[str, StoreEntry] = {}
     _expect(isinstance(data["stores"], dict), path, "stores", "a mapping of store name to {target, tiers}")
     for name, spec in data["stores"].items():
         where = f"stores.{name}"
@@ -304,10 +331,11 @@ def load(path: Path) -> Matrix:
         _profile(spec, path, where)
         _expect(isinstance(spec["target"], str) and spec["target"], path, f"{where}.target",
                 "'module:factory' or a registered store name")
-        stores[name] = {"target": spec["target"], "profile": spec.get("profile"),
-                        "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
-                        "stacks": _stack_list(spec, stacks, spec["target"], path, where, tiers)}
-    connectors: dict[str, dict[str, Any]] = {}
+        store: StoreEntry = {"target": spec["target"], "profile": spec.get("profile"),
+                             "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
+                             "stacks": _stack_list(spec, stacks, spec["target"], path, where, tiers)}
+        stores[name] = store
+    connectors: dict[str, ConnectorEntry] = {}
     for name, spec in (data.get("connectors") or {}).items():
         where = f"connectors.{name}"
         _keys(spec, path, where, {"connector", "extra_config", "capabilities", "engine_env", "models", "kv_cache_dtypes",
@@ -334,8 +362,11 @@ def load(path: Path) -> Matrix:
             _expect(isinstance(value, list) and value, path, f"{where}.{key}", f"a non-empty list from {valid}")
             for i, v in enumerate(value):
                 _expect(v in valid, path, f"{where}.{key}[{i}]", f"one of {valid}, got {v!r}")
-        connectors[name] = {**spec, "levels": levels, "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
-                            "stacks": _stack_list(spec, stacks, spec["connector"], path, where, tiers)}
+        entry: ConnectorEntry = {**spec, "connector": spec["connector"], "models": spec["models"],
+                                 "kv_cache_dtypes": spec["kv_cache_dtypes"], "levels": levels,
+                                 "tiers": _tier_list(spec["tiers"], tiers, path, f"{where}.tiers"),
+                                 "stacks": _stack_list(spec, stacks, spec["connector"], path, where, tiers)}
+        connectors[name] = entry
     expectations = []
     for i, spec in enumerate(data.get("expectations") or []):
         where = f"expectations[{i}]"

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, TypedDict
 
-from conformance.report.document import ReportCell
+from conformance.report.document import Prefill, ReportCell
 from conformance.util.versions import version_key
 from conformance.verdict.clauses import CLAUSES, GROUP_OF, GROUPS
 from conformance.verdict.status import Status, worst
@@ -36,9 +36,50 @@ MARK_MEANINGS = {"✓": "passes",
                  "–": "not judged: capability not claimed, or not run (Disabled, Skip)"}
 
 
+class Subject(TypedDict):
+    """A connector or store the matrix answers for, and the indexes of its cells."""
+
+    name: str
+    kind: str  # connector, store
+    cells: list[int]
+
+
+class Note(TypedDict):
+    """A numbered note of a grid: a status and its reason, and the clauses it stands for."""
+
+    n: int
+    status: str
+    text: str
+    clauses: list[str]
+
+
+class GroupMark(TypedDict):
+    status: str  # the group's mark's status (``_mark``)
+    notes: list[int]  # the numbers of the notes its clauses point at
+
+
+class GridCell(TypedDict):
+    cells: list[int]  # the matrix cells it stands for
+    groups: dict[str, GroupMark]
+
+
+class GridRow(TypedDict):
+    """A subject's grid row (a model and kv_cache_dtype): per column, a mark per clause group."""
+
+    model: str
+    kv_cache_dtype: str
+    cells: dict[str, GridCell]  # column label -> its grid cell
+
+
+class GroupedNote(Note):
+    """A note as a grid lists it: with the clause groups its clauses are in."""
+
+    groups: list[str]
+
+
 def answers(cells: list[ReportCell]) -> dict[str, Any]:
     """One entry per subject, in the matrix's order: its grid, its notes and its summary."""
-    subjects: dict[str, dict[str, Any]] = {}
+    subjects: dict[str, Subject] = {}
     for index, cell in enumerate(cells):
         co = cell.get("coordinates") or {}
         name = co.get("connector") or co.get("store")
@@ -51,10 +92,24 @@ def answers(cells: list[ReportCell]) -> dict[str, Any]:
             "headlines": headlines(cells)}
 
 
-def headlines(cells: list[ReportCell]) -> list[dict[str, Any]]:
+class HeadlineRow(TypedDict):
+    index: int  # the cell's
+    id: str
+    level: str | None
+    verdict: str
+    groups: dict[str, str]  # clause group -> its mark
+    why: str  # the reason of its most severe clause
+
+
+class Headline(TypedDict):
+    title: str
+    rows: list[HeadlineRow]
+
+
+def headlines(cells: list[ReportCell]) -> list[Headline]:
     """The matrix.yaml headlines the cells answer, in the cells' order: per headline, one row per
     cell, its verdict, a mark per clause group and the reason of its most severe clause."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Headline] = {}
     for index, cell in enumerate(cells):
         title = cell.get("headline")
         if not title:
@@ -96,14 +151,14 @@ def _rows_of(cell: ReportCell) -> list[tuple[str, str]]:
     return [(str(co.get("model", "")), d) for d in dtypes]
 
 
-def _grid(subject: dict[str, Any], cells: list[ReportCell]) -> dict[str, Any]:
+def _grid(subject: Subject, cells: list[ReportCell]) -> dict[str, Any]:
     members = [cells[i] for i in subject["cells"]]
     columns = sorted({_column(c.get("coordinates") or {}) for c in members},
                      key=lambda p: (version_key(p[0]), version_key(p[1])))
     lmcache_axis = len({lm for _, lm in columns}) > 1
     labels = {col: _label(col, lmcache_axis) for col in columns}
     rows = sorted({r for c in members for r in _rows_of(c)})
-    notes: dict[tuple[str, str], dict[str, Any]] = {}
+    notes: dict[tuple[str, str], Note] = {}
     grid: dict[tuple[tuple[str, str], tuple[str, str]], dict[str, list[tuple[str, int | None]]]] = {}
     where: dict[tuple[tuple[str, str], tuple[str, str]], list[int]] = {}
     for i, cell in zip(subject["cells"], members):
@@ -121,9 +176,9 @@ def _grid(subject: dict[str, Any], cells: list[ReportCell]) -> dict[str, Any]:
                         entry["clauses"].append(clause)
                     note = entry["n"]
                 marks.setdefault(GROUP_OF.get(clause, "lifecycle"), []).append((status, note))
-    out_rows = []
+    out_rows: list[GridRow] = []
     for row in rows:
-        out_cells = {}
+        out_cells: dict[str, GridCell] = {}
         for col in columns:
             found = grid.get((row, col))
             if found is None:
@@ -133,7 +188,7 @@ def _grid(subject: dict[str, Any], cells: list[ReportCell]) -> dict[str, Any]:
                 "groups": {g: {"status": _mark(v), "notes": sorted({n for s, n in v if n is not None})}
                            for g, v in found.items()}}
         out_rows.append({"model": row[0], "kv_cache_dtype": row[1], "cells": out_cells})
-    note_list = [{**entry, "groups": sorted({GROUP_OF.get(c, "lifecycle") for c in entry["clauses"]},
+    note_list: list[GroupedNote] = [{**entry, "groups": sorted({GROUP_OF.get(c, "lifecycle") for c in entry["clauses"]},
                                             key=list(GROUPS).index)} for entry in notes.values()]
     shared_lmcache = {lm for _, lm in columns} if not lmcache_axis else set()
     return {"name": subject["name"], "kind": subject["kind"], "columns": [labels[c] for c in columns],
@@ -212,7 +267,7 @@ def reason(text: str, limit: int = 280) -> str:
     return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
 
 
-def _summary(rows: list[dict[str, Any]], notes: list[dict[str, Any]], columns: list[str]) -> list[str]:
+def _summary(rows: list[GridRow], notes: list[GroupedNote], columns: list[str]) -> list[str]:
     """One sentence per clause group, generated from the grid: where it passes, and what is wrong where not."""
     lines = []
     by_number = {n["n"]: n for n in notes}
@@ -275,9 +330,15 @@ def _range(first: str, last: str) -> str:
     return f"{first} to {last}"
 
 
-def _prefill(members: list[ReportCell], labels: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+class PrefillRow(Prefill):
+    column: str
+    model: str
+    kv_cache_dtype: str
+
+
+def _prefill(members: list[ReportCell], labels: dict[tuple[str, str], str]) -> list[PrefillRow]:
     """Per engine cell that timed both, the loaded prompts' prefill against the recomputed baseline's."""
-    out = []
+    out: list[PrefillRow] = []
     for cell in members:
         timing = cell.get("prefill")
         if not timing:

@@ -17,6 +17,16 @@ class Problem(TypedDict):
     message: str
 
 
+class Prefill(TypedDict):
+    """What loading saved: the boundary prompts' prefill as the baseline recomputed it and as a load
+    engine (``loaded_by``) loaded it."""
+
+    baseline_s: float
+    loaded_s: float
+    speedup: float
+    loaded_by: str
+
+
 class ReportCell(CellInfo, total=False):
     """A results file's cell, with its verdicts: per clause its status, message and expectation."""
 
@@ -28,7 +38,7 @@ class ReportCell(CellInfo, total=False):
     problems: list[Problem]
     messages: dict[str, str]  # clause -> message, for every clause that did not pass
     reasons: dict[str, str]  # clause -> why the matrix expects its failure
-    prefill: dict[str, Any]  # what loading saved (``render.prefill``)
+    prefill: Prefill
     engine_env: dict[str, str]  # the environment its engines ran with, as the connector declares it
     supplied: list[str]  # what the suite started in the user's place, in words
     loads: dict[str, str]  # clause -> what its recorded connector-level passes loaded

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.report.answers import MARK_MEANINGS, MARKS, answers
-from conformance.report.document import MatrixReport, ReportCell
+from conformance.report.document import MatrixReport, Prefill, ReportCell
 from conformance.report.html import LEVEL_TITLES, render_html
 from conformance.util.versions import version_key
 from conformance.verdict import results
@@ -133,7 +133,7 @@ def derive(matrix: MatrixReport) -> MatrixReport:
             "platforms": sorted({cell["platform"] for cell in cells if cell.get("platform")})}
 
 
-def prefill(timings: dict[str, Any]) -> dict[str, Any] | None:
+def prefill(timings: dict[str, Any]) -> Prefill | None:
     """What loading saved: the boundary batch (prompts served one by one, none an engine's first
     batch) as the baseline recomputed it and as the load engine (or, without one, the same engine
     after its reset) loaded it; None where either is missing."""

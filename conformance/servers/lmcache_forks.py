@@ -28,13 +28,28 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from conformance.util import procs
 
 SERVER_MODULE = "lmcache.v1.multiprocess.http_server"
 SERVER_ENV = {"HF_HUB_OFFLINE": "1"}  # what a server's environment adds to the suite's
 REPLY_S = 120.0  # as long as a server is given to be ready: its imports (6 s here) and a fork
+
+
+class Reply(TypedDict, total=False):
+    """A line of the fork server's: its ready line, a forked server's pid, or why there is none."""
+
+    ready: bool
+    pid: int
+    error: str
+
+
+class Request(TypedDict):
+    """What the suite asks of it: a server of these arguments, logging there."""
+
+    args: list[str]
+    log: str
 
 
 class ForkServer:
@@ -47,8 +62,8 @@ class ForkServer:
                                          die_with_parent=True)
         self._lock = threading.Lock()  # requests and replies in order, from any lane's thread
         self._asked = 0
-        self._replies: list[dict[str, Any]] = []  # what it said, its ready line first
-        self._failure: dict[str, Any] | None = None  # why it will say nothing more (``{"error"}``)
+        self._replies: list[Reply] = []  # what it said, its ready line first
+        self._failure: Reply | None = None  # why it will say nothing more (``{"error"}``)
         self._unread = b""  # what it said past the last line read (read from its fd, not a buffered file)
 
     def usable(self) -> bool:
@@ -59,14 +74,15 @@ class ForkServer:
         assert self.proc.stdin is not None
         with self._lock:
             try:
-                self.proc.stdin.write((json.dumps({"args": args, "log": str(log_path)}) + "\n").encode())
+                asked: Request = {"args": args, "log": str(log_path)}
+                self.proc.stdin.write((json.dumps(asked) + "\n").encode())
                 self.proc.stdin.flush()
             except OSError:  # it ended: the reply says how
                 pass
             self._asked += 1
             return Forked(self, self._asked)
 
-    def reply(self, number: int) -> dict[str, Any]:
+    def reply(self, number: int) -> Reply:
         """The reply to request ``number`` (1-based: its ready line is the 0th), read in order;
         ``{"error"}`` once it failed."""
         with self._lock:
@@ -81,7 +97,7 @@ class ForkServer:
             assert self._failure is not None
             return self._failure
 
-    def _read(self) -> dict[str, Any]:
+    def _read(self) -> Reply:
         """Its next line, within ``reply_s`` (a fork server that hangs is one that failed)."""
         assert self.proc.stdout is not None
         fd, deadline = self.proc.stdout.fileno(), time.monotonic() + self.reply_s
@@ -94,7 +110,8 @@ class ForkServer:
             self._unread += chunk
         line, self._unread = self._unread.split(b"\n", 1)
         try:
-            return json.loads(line)
+            said: Reply = json.loads(line)
+            return said
         except ValueError:
             return {"error": f"the LMCache fork server said {line[:200]!r}"}
 
@@ -149,12 +166,12 @@ class Forked:
 
 
 # -- the fork server ---------------------------------------------------------------------------
-def _say(stream: Any, message: dict[str, Any]) -> None:
+def _say(stream: Any, message: Reply) -> None:
     stream.write(json.dumps(message) + "\n")
     stream.flush()
 
 
-def _serve(request: dict[str, Any], protocol: int) -> None:
+def _serve(request: Request, protocol: int) -> None:
     """In the forked child: become the server ``request`` asks for; never returns."""
     code = 1
     try:
@@ -207,7 +224,7 @@ def main() -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # its servers are reaped by the kernel
     _say(out, {"ready": True})
     for line in sys.stdin:
-        request = json.loads(line)
+        request: Request = json.loads(line)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()

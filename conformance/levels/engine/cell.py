@@ -22,7 +22,7 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Collection, Literal
+from typing import Any, Callable, Collection, Literal, TypedDict
 
 from conformance.contract.spec import same_width_twin
 from conformance.levels.engine import separate
@@ -99,6 +99,23 @@ def lane_binding(ranks: int = 1) -> dict[str, str]:
         return {BIND: "|".join(map(str, cores[:ranks]))}
     lane = 1 if threading.current_thread().name.startswith(LANE_THREAD) else 0
     return {BIND: str(cores[lane % len(cores)])}
+
+
+class Process(TypedDict):
+    """How an engine is started: the host of its interpreter (None: a fresh process), its environment."""
+
+    host: EngineHost | None
+    env: dict[str, str]
+
+
+class RoleEvidence(TypedDict, total=False):
+    """What a role's engine came to, kept beside the results: whether it ran, why not, each request's
+    outcome, and where its log's copy is."""
+
+    ok: bool
+    error: str
+    requests: list[dict[str, Any]]
+    log: str
 
 
 NOT_STARTED = "not started: "  # a role's run after another engine of the cell hung (``_hung_run``)
@@ -530,7 +547,7 @@ class EngineCell:
                                                python=self.python, **self._process("consumer", side_channel_ports()))
         return producer, self.runs["consumer"]
 
-    def _process(self, role: str, env: dict[str, str]) -> dict[str, Any]:
+    def _process(self, role: str, env: dict[str, str]) -> Process:
         """How ``role``'s engine is started: the host of its interpreter (``side_of``), and ``env`` with
         that interpreter's (a fresh process, where no host runs it, is started with the same hash seed)."""
         side = side_of(role)
@@ -572,7 +589,7 @@ class EngineCell:
             self._run_ahead()
         return engine
 
-    def keep_evidence(self, into: Path, base: Path) -> dict[str, Any]:
+    def keep_evidence(self, into: Path, base: Path) -> dict[str, RoleEvidence]:
         """Copy what each engine of the cell logged (its last ``EVIDENCE_LOG_BYTES``, redacted) into
         ``into``, and return, per role, where that copy is (relative to ``base``, the results file's
         directory) and what each request came to (prompt length, cached and external hits, finish
@@ -580,9 +597,9 @@ class EngineCell:
         from conformance.verdict.results import redact_text
 
         into.mkdir(parents=True, exist_ok=True)
-        kept: dict[str, Any] = {}
+        kept: dict[str, RoleEvidence] = {}
         for role, run in self.runs.items():
-            entry: dict[str, Any] = {"ok": run.ok, **({"error": redact_text(run.error.splitlines()[0])}
+            entry: RoleEvidence = {"ok": run.ok, **({"error": redact_text(run.error.splitlines()[0])}
                                                      if run.error else {}),
                                      "requests": [request_outcome(r) for r in run.result.get("requests", ())]}
             log = self.workdir / "engines" / f"{role}.log"
