@@ -19,20 +19,8 @@ import typing
 from pathlib import Path
 from typing import Any, cast
 
+from conformance.api_surface import fingerprint as fpfile
 from conformance.api_surface import sources, static
-from conformance.api_surface.fingerprint import (
-    CacheDtypeSection,
-    ClassEntry,
-    ConfigSection,
-    ConnectorSection,
-    DefEntry,
-    DtypeMapSection,
-    Fingerprint,
-    Param,
-    Place,
-    Registered,
-    RegistrySection,
-)
 
 WRAPPERS = {classmethod: "classmethod", staticmethod: "staticmethod", property: "property",
             functools.cached_property: "property"}
@@ -45,7 +33,7 @@ def _function_of(raw: Any) -> Any:
     return raw
 
 
-def _params(func: Any, static_params: list[Param]) -> list[Param]:
+def _params(func: Any, static_params: list[fpfile.Param]) -> list[fpfile.Param]:
     """The runtime's parameter names and kinds, with the static reader's source text for each name."""
     try:
         sig = inspect.signature(func)
@@ -58,10 +46,10 @@ def _params(func: Any, static_params: list[Param]) -> list[Param]:
             for p in sig.parameters.values()]
 
 
-def callable_entry(raw: Any, static_entry: DefEntry | None, in_class: bool = True) -> DefEntry:
+def callable_entry(raw: Any, static_entry: fpfile.DefEntry | None, in_class: bool = True) -> fpfile.DefEntry:
     """A def as the runtime sees it (``raw`` as found by ``inspect.getattr_static``): the static reader's
     entry (its source text) with the runtime's kind, abstractness and parameters."""
-    found: DefEntry = static_entry or {"kind": "", "abstract": False, "params": [], "returns": None}
+    found: fpfile.DefEntry = static_entry or {"kind": "", "abstract": False, "params": [], "returns": None}
     kind = next((k for t, k in WRAPPERS.items() if isinstance(raw, t)), "method" if in_class else "function")
     return {**found, "kind": kind, "abstract": bool(getattr(raw, "__isabstractmethod__", False)),
             "params": _params(_function_of(raw), found["params"])}
@@ -78,26 +66,26 @@ def _resolve(module: str | None, qualname: str) -> Any:
     return obj
 
 
-def _class_methods(cls: type, static_methods: dict[str, DefEntry]) -> dict[str, DefEntry]:
+def _class_methods(cls: type, static_methods: dict[str, fpfile.DefEntry]) -> dict[str, fpfile.DefEntry]:
     return {name: callable_entry(raw, static_methods.get(name)) for name, raw in vars(cls).items()
             if not isinstance(raw, type) and (callable(raw) or type(raw) in WRAPPERS)}
 
 
-def _connector(section: ConnectorSection) -> None:
+def _connector(section: fpfile.ConnectorSection) -> None:
     base = _resolve(section["module"], section["class"])
     section["methods"] = _class_methods(base, section["methods"])
     section["role"]["members"] = _members(_resolve(section["role"]["module"], "KVConnectorRole"))
 
 
-def _kv_transfer_config(section: ConfigSection) -> None:
+def _kv_transfer_config(section: fpfile.ConfigSection) -> None:
     cls = _resolve(section["module"], "KVTransferConfig")
     names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else list(cls.model_fields)
     section["fields"] = {n: section["fields"].get(n, {"annotation": None, "default": None}) for n in names}
 
 
-def _registry(section: RegistrySection) -> None:
+def _registry(section: fpfile.RegistrySection) -> None:
     factory = _resolve(section["module"], "KVConnectorFactory")
-    connectors: dict[str, Registered] = {}
+    connectors: dict[str, fpfile.Registered] = {}
     for name, loader in factory._registry.items():
         found = inspect.getclosurevars(loader).nonlocals
         connectors[name] = {"module": found.get("module_path"), "class": found.get("class_name")}
@@ -119,27 +107,27 @@ def registered_module(name: str) -> str | None:
     return inspect.getclosurevars(loader).nonlocals.get("module_path") if loader else None
 
 
-def _dtype_map(section: DtypeMapSection) -> None:
+def _dtype_map(section: fpfile.DtypeMapSection) -> None:
     table = _resolve(section["module"], section["name"])
     section["entries"] = {k: str(v) for k, v in table.items()}
 
 
-def _cache_dtype(section: CacheDtypeSection) -> None:
+def _cache_dtype(section: fpfile.CacheDtypeSection) -> None:
     section["values"] = list(typing.get_args(_resolve(section["module"], "CacheDType")))
 
 
-def _layout_api(section: dict[str, list[Place]]) -> None:
+def _layout_api(section: dict[str, list[fpfile.Place]]) -> None:
     for places in section.values():
         for i, place in enumerate(places):
             module, qualname = place["module"], place["qualname"]
             raw = _resolve(module, qualname)
             if isinstance(raw, type):  # a class, as the static reader found it
-                cast(ClassEntry, place)["members"] = _members(raw) if hasattr(raw, "__members__") else {}
+                cast(fpfile.ClassEntry, place)["members"] = _members(raw) if hasattr(raw, "__members__") else {}
             else:
-                places[i] = callable_entry(raw, cast(DefEntry, place), in_class="." in qualname)
+                places[i] = callable_entry(raw, cast(fpfile.DefEntry, place), in_class="." in qualname)
 
 
-def _backends(section: dict[str, dict[str, DefEntry]]) -> None:
+def _backends(section: dict[str, dict[str, fpfile.DefEntry]]) -> None:
     """Backends that import here (CUDA- or ROCm-only ones may not) are checked; the rest stay static."""
     for key, methods in section.items():
         module, cls_name = key.split(":")
@@ -152,7 +140,7 @@ def _backends(section: dict[str, dict[str, DefEntry]]) -> None:
                         for name, entry in methods.items()}
 
 
-def fingerprint() -> Fingerprint:
+def fingerprint() -> fpfile.Fingerprint:
     """The installed vLLM's fingerprint, runtime facts in place of static ones where import knows them
     (a section whose module the static reader did not find stays as it is)."""
     import vllm
