@@ -85,80 +85,61 @@ def _generate(recipe: dict[str, Any], out: Path) -> None:
     import torch
     import transformers
 
-    if "images" in recipe:
-        _generate_vision_language(recipe, out)
-        return
-
     config_cls = getattr(transformers, recipe["config_class"])
     config = config_cls(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD, **recipe["config"])
     torch.manual_seed(recipe["seed"])
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    images = recipe.get("images")
+    if images is None:
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    else:  # a vision-language model: every matrix weight redrawn, so that an image moves the KV after it
+        model = getattr(transformers, images["model_class"])(config)
+        with torch.no_grad():
+            for weight in model.parameters():
+                if weight.dim() >= 2:
+                    weight.normal_(0.0, images["weight_std"])
     dtype = getattr(torch, recipe["dtype"])
     model = model.to(dtype)
     model.config.dtype = dtype
     model.save_pretrained(out)
-    _tokenizer(recipe["config"]["vocab_size"]).save_pretrained(out)
+    if images is None:
+        _tokenizer(recipe["config"]["vocab_size"]).save_pretrained(out)
+    else:
+        _processor(images, recipe["config"]["text_config"]["vocab_size"]).save_pretrained(out)
 
 
-def _tokenizer(vocab_size: int) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
-    vocab.update({f"w{i}": i for i in range(len(SPECIAL_TOKENS), vocab_size)})
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                                   unk_token="<unk>", pad_token="<pad>", model_max_length=4096)
-
-
-def _generate_vision_language(recipe: dict[str, Any], out: Path) -> None:
-    """A vision-language model with its processor: the word-level tokenizer with the image tokens after
-    its words, the image processor the recipe names (a PIL one: no torchvision), every matrix weight
-    redrawn from N(0, weight_std) so that an image moves the KV of every token after it."""
-    import torch
+def _processor(images: dict[str, Any], vocab_size: int) -> Any:
+    """A vision-language model's processor: the image processor the recipe names (a PIL one: no
+    torchvision) and the word-level tokenizer with the image tokens after its words."""
     import transformers
 
-    images = recipe["images"]
-    config = getattr(transformers, recipe["config_class"])(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=PAD,
-                                                           **recipe["config"])
-    torch.manual_seed(recipe["seed"])
-    model = getattr(transformers, images["model_class"])(config)
-    with torch.no_grad():
-        for weight in model.parameters():
-            if weight.dim() >= 2:
-                weight.normal_(0.0, images["weight_std"])
-    dtype = getattr(torch, recipe["dtype"])
-    model = model.to(dtype)
-    model.config.dtype = dtype
-    model.save_pretrained(out)
     size = {"longest_edge": images["image_size"]}
     image_processor = getattr(transformers, images["image_processor_class"])(
         do_resize=True, size=size, max_image_size=size, do_image_splitting=False)
-    processor = getattr(transformers, images["processor_class"])(
-        image_processor=image_processor, tokenizer=_image_tokenizer(images, recipe["config"]["text_config"]["vocab_size"]),
-        image_seq_len=images["image_seq_len"])
-    processor.save_pretrained(out)
+    return getattr(transformers, images["processor_class"])(
+        image_processor=image_processor, tokenizer=_tokenizer(vocab_size, images), image_seq_len=images["image_seq_len"])
 
 
-def _image_tokenizer(images: dict[str, Any], vocab_size: int) -> Any:
-    """The word-level tokenizer (``w4`` ... below ``words``), then the image token, the processor's
-    special tokens, its tile grid's ``<row_i_col_j>`` and a newline, padded to ``vocab_size``."""
+def _tokenizer(vocab_size: int, images: dict[str, Any] | None = None) -> Any:
+    """The word-level tokenizer (``w4 w5 ...``); for a vision-language model (``images``), words below
+    its ``words`` only, then the image token, the processor's special tokens, its tile grid's
+    ``<row_i_col_j>`` and a newline, padded to ``vocab_size``."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    grid = images["grid_tokens"]
-    special = [images["image_token"], *images["special_tokens"],
-               *(f"<row_{i + 1}_col_{j + 1}>" for i in range(grid) for j in range(grid))]
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
-    vocab.update({f"w{i}": i for i in range(len(SPECIAL_TOKENS), images["words"])})
-    vocab.update({t: images["words"] + i for i, t in enumerate([*special, "\n"])})
-    vocab.update({f"<unused{i}>": i for i in range(len(vocab), vocab_size)})
+    vocab.update({f"w{i}": i for i in range(len(SPECIAL_TOKENS), images["words"] if images else vocab_size)})
+    special: list[str] = []
+    if images:
+        grid = images["grid_tokens"]
+        special = [images["image_token"], *images["special_tokens"],
+                   *(f"<row_{i + 1}_col_{j + 1}>" for i in range(grid) for j in range(grid))]
+        vocab.update({t: images["words"] + i for i, t in enumerate([*special, "\n"])})
+        vocab.update({f"<unused{i}>": i for i in range(len(vocab), vocab_size)})
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")
-    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in special])
-    tok.add_tokens([AddedToken("\n", normalized=False, special=False)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-                                   pad_token="<pad>", model_max_length=4096)
+    if images:
+        tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in special])
+        tok.add_tokens([AddedToken("\n", normalized=False, special=False)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>", pad_token="<pad>", model_max_length=4096)
