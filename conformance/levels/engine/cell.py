@@ -4,8 +4,8 @@ Engines are expensive (seconds each on two cores), so a cell starts each *role* 
 scenario reads the same runs: a no-connector baseline, one engine that stores, resets its own
 prefix cache and loads again (every connector), and for a connector whose cache outlives its
 engine: a store engine, a fresh load engine, a load engine under the format twin (plus its baseline)
-and one of another checkpoint of the model, and a load engine after the storage was damaged. Runs happen on first use, in
-dependency order (with two lanes, the roles no other role touches start beside the rest once the
+and one of another checkpoint of the model, and a load engine after the storage was damaged. Runs
+happen on first use, in dependency order (with two lanes, the roles no other role touches start beside the rest once the
 baseline ran: ``SECOND_LANE``), and are kept with their timings; the no-connector baselines may come from a
 matrix run's ``BaselineStore`` instead (same spec, same Python: the same run).
 
@@ -285,7 +285,6 @@ class EngineCell:
         """Each role's engine spec; ``connected=False``: the same engines without the connector."""
         load = ["extends", "boundaries", "concurrent"]
         dtype = self.kv_cache_dtype
-        ranks = self.tensor_parallel
 
         def using(role: str) -> str | None:
             return role if connected else None
@@ -323,10 +322,10 @@ class EngineCell:
             "prefix_load": lambda: self._spec(dtype, "prefix_load", ["system"]),
             "pressure_store": lambda: {**self._spec(dtype, using("pressure_store"), ["pressure"]), "drain": True},
             "pressure_load": lambda: self._spec(dtype, "pressure_load", ["pressure_again"]),
-            TP_BASELINE: lambda: {**self._spec(dtype, None, load), "tensor_parallel_size": ranks},
+            TP_BASELINE: lambda: {**self._spec(dtype, None, load), "tensor_parallel_size": self.tensor_parallel},
             "tp_store": lambda: {**self._spec(dtype, using("tp_store"), STORED), "drain": True,
-                                 "tensor_parallel_size": ranks},
-            "tp_load": lambda: {**self._spec(dtype, "tp_load", load), "tensor_parallel_size": ranks},
+                                 "tensor_parallel_size": self.tensor_parallel},
+            "tp_load": lambda: {**self._spec(dtype, "tp_load", load), "tensor_parallel_size": self.tensor_parallel},
             BLOCK_BASELINE: lambda: {**self._spec(dtype, None, load), "block_size": self.other_block_size},
             "bs_store": lambda: {**self._spec(dtype, using("bs_store"), STORED), "drain": True},
             "bs_load": lambda: {**self._spec(dtype, "bs_load", load), "block_size": self.other_block_size},
