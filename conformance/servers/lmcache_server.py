@@ -21,8 +21,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from conformance.servers.lmcache_forks import SERVER_ENV, SERVER_MODULE, Forked, ForkServer
-from conformance.util import procs
+from conformance.servers.lmcache_forks import SERVER_ENV, SERVER_MODULE, ForkServer
+from conformance.util import forking, procs
 from conformance.util.versions import version_key
 
 
@@ -60,12 +60,12 @@ class LMCacheServer:
         self.log_path = Path(log_path)
         self.chunk_size, self.l1_size_gb, self.python = chunk_size, l1_size_gb, python
         self.ready_timeout_s, self.forks = ready_timeout_s, forks
-        self.proc: subprocess.Popen | Forked | None = None
+        self.proc: subprocess.Popen | forking.Child | None = None
         self.port = self.http_port = 0
         self.ready_s: float | None = None
         self.owner = os.getpid()  # the process that started it
         self._launched, self._logged = 0.0, 0  # when the process started; its log's size before
-        self._interrupted: subprocess.Popen | Forked | None = None  # the process ``interrupt`` asked to stop
+        self._interrupted: subprocess.Popen | forking.Child | None = None  # the process ``interrupt`` asked to stop
 
     def connector_config(self) -> dict[str, Any]:
         return {"lmcache.mp.host": "tcp://127.0.0.1", "lmcache.mp.port": self.port, "lmcache.mp.mq_timeout": 60.0}
@@ -87,7 +87,7 @@ class LMCacheServer:
                 "--eviction-policy", "LRU", "--supported-transfer-mode", "auto"] + self._user_args()
         self._launched, self.ready_s = time.monotonic(), None
         if self.forks is not None and self.forks.usable():
-            self.proc = self.forks.fork(args, self.log_path)
+            self.proc = self.forks.server(args, self.log_path)
         else:  # ends with the process that started it: a forked child's own server (``restart``) too
             self.proc = procs.spawn([self.python, "-m", SERVER_MODULE, *args], self.log_path, env=SERVER_ENV,
                                     append=True, die_with_parent=True)
@@ -127,15 +127,14 @@ class LMCacheServer:
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             if self.proc.poll() is not None:
-                if isinstance(self.proc, Forked) and self.proc.error:  # the fork server is only quicker: a fresh one
+                if isinstance(self.proc, forking.Child) and self.proc.error:  # the fork server is only quicker: a fresh one
                     with open(self.log_path, "a") as log:
                         log.write(f"kvconform: the server could not be forked ({self.proc.error}); "
                                   "started as a fresh process instead\n")
                     self.forks = None
                     self.launch()
                     continue
-                code = f" with {self.proc.returncode}" if isinstance(self.proc, subprocess.Popen) else ""
-                raise RuntimeError(f"LMCache server exited{code} before it was ready:\n"
+                raise RuntimeError(f"LMCache server exited with {self.proc.returncode} before it was ready:\n"
                                    + procs.log_tail(self.log_path, 2000))
             if self._healthy():
                 self.ready_s = round(time.monotonic() - self._launched, 2)
@@ -181,7 +180,7 @@ class LMCacheServer:
     def _unasked_fork(self) -> bool:
         """A fork no one asked about (a spare never used): it served nothing, and it ends, killed, with
         its fork server; asking its pid would wait for a fork server still importing."""
-        return isinstance(self.proc, Forked) and not self.proc.known
+        return isinstance(self.proc, forking.Child) and not self.proc.known
 
     def restart(self) -> None:
         """Stop and start again: everything it held is lost (the lost-storage scenario). In a forked

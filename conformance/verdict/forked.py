@@ -7,19 +7,17 @@ death is an *Error* for the call that was running, with the exit status and the 
 the child printed, and the run goes on. A child that outlives its deadline is killed with its
 whole process group (the thread watchdog in ``guard`` cannot stop a call that holds the GIL).
 
-The child is forked, so it starts from the caller's state (vLLM and torch imported, servers
-started) and changes none of it: what the call returns, or raises, is pickled back.
+The child is forked (``util.forking``, as every child the suite forks), so it starts from the
+caller's state (vLLM and torch imported, servers started) and changes none of it: what the call
+returns, or raises, is pickled back.
 """
 
 from __future__ import annotations
 
-import faulthandler
 import io
-import logging
 import os
 import pickle
 import select
-import signal
 import sys
 import time
 import traceback
@@ -29,6 +27,7 @@ from typing import Any, Callable
 
 import pytest
 
+from conformance.util.forking import describe_status, fork_child
 from conformance.util.procs import kill_pgid
 from conformance.verdict.guard import HarnessError, StoreTimeout
 
@@ -36,7 +35,6 @@ _OUTCOMES = (pytest.skip.Exception,)  # pytest's own outcomes: verdicts, not cra
 
 LOG_TAIL_LINES = 15
 FAULT_LINES = 8  # of faulthandler's report of a fatal signal
-_CHILD_FAILED = 70  # the child could not report its outcome (EX_SOFTWARE)
 
 
 class ChildDied(HarnessError):
@@ -90,12 +88,7 @@ def call_forked(call: Callable[..., Any], *args: Any, name: str, deadline_s: flo
     result.unlink(missing_ok=True)
     heartbeat = log.with_name(log.name + ".beat")
     heartbeat.touch()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child (coverage cannot follow it)
-        _BEAT[:] = [heartbeat]
-        _child(call, args, log, result)
+    pid = fork_child(lambda: _child(call, args, heartbeat, result), log)
     try:
         status, why = _wait(pid, deadline_s, idle_s, heartbeat)
     except BaseException:  # interrupted: the child goes too
@@ -120,19 +113,6 @@ def call_forked(call: Callable[..., Any], *args: Any, name: str, deadline_s: flo
     return Outcome(exc=ChildDied(f"{name}: its process {describe_status(status)} before it returned: a crash "
                                  f"(a native library's segfault, os._exit, the OOM killer), not a verdict"
                                  f"{_tail(printed)}"))
-
-
-def describe_status(status: int) -> str:
-    """A wait status in words: 'was killed by SIGSEGV (signal 11)', 'exited with status 139'."""
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            label = signal.Signals(sig).name
-        except ValueError:
-            label = "an unknown signal"
-        oom = " (the OOM killer sends SIGKILL)" if sig == signal.SIGKILL else ""
-        return f"was killed by {label} (signal {sig}){oom}"
-    return f"exited with status {os.WEXITSTATUS(status)}"
 
 
 def _tail(printed: str) -> str:
@@ -235,48 +215,15 @@ def _rebuild(where: tuple[str, str], args: tuple, state: dict[str, Any]) -> Base
     return exc
 
 
-def _child(call: Callable[..., Any], args: tuple, log: Path, result: Path) -> None:  # pragma: no cover
-    code = _CHILD_FAILED
-    try:
-        os.setpgid(0, 0)  # its own group: a hang is killed with everything it started
-        _print_to(log)
-        _single_threaded()
-        try:
-            outcome: tuple[str, Any, str] = ("returned", call(*args), "")
-        except BaseException as exc:
-            outcome = ("raised", exc, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-        partial = result.with_name(result.name + ".partial")
-        _save(outcome, partial)
-        os.replace(partial, result)
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def _print_to(log: Path) -> None:
-    """Everything the child prints (file descriptors, sys.stdout/stderr, logging's stream
-    handlers) goes to ``log``: pytest's capture belongs to the parent."""
-    old = (sys.stdout, sys.stderr)
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    stream = open(2, "w", buffering=1, closefd=False, errors="replace")
-    sys.stdout = sys.stderr = stream
-    for logger in [logging.getLogger(), *map(logging.getLogger, list(logging.root.manager.loggerDict))]:
-        for handler in getattr(logger, "handlers", []):
-            if isinstance(handler, logging.StreamHandler) and handler.stream in old:
-                handler.setStream(stream)
-    if faulthandler.is_enabled():  # a segfault's Python traceback lands in the log's tail
-        faulthandler.enable(file=stream)
-
-
-def _single_threaded() -> None:
-    """A forked child must not use the OpenMP thread pool its parent started (libgomp's pool does
-    not survive fork: the child's first parallel op hangs): torch runs on one thread there."""
-    if "torch" in sys.modules:
+def _child(call: Callable[..., Any], args: tuple, heartbeat: Path, result: Path) -> None:  # pragma: no cover
+    """In the child (set up by ``fork_child``): the call, its outcome pickled to ``result``."""
+    _BEAT[:] = [heartbeat]
+    if "torch" in sys.modules:  # libgomp's pool does not survive a fork: the child's first parallel op would hang
         sys.modules["torch"].set_num_threads(1)
+    try:
+        outcome: tuple[str, Any, str] = ("returned", call(*args), "")
+    except BaseException as exc:
+        outcome = ("raised", exc, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    partial = result.with_name(result.name + ".partial")
+    _save(outcome, partial)
+    os.replace(partial, result)

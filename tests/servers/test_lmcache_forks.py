@@ -1,4 +1,4 @@
-"""LMCache's servers forked from one fork server (the real LMCache): each its own session and log,
+"""LMCache's servers forked from one fork server (the real LMCache): each its own process group and log,
 each stopped as a server the suite spawned is; one the fork server cannot give starts fresh; a forked
 child of the suite never writes to its parent's fork server."""
 
@@ -28,7 +28,7 @@ def test_servers_forked_from_one_fork_server_serve_and_stop(tmp_path):
         pids = [service.server.proc.pid for service in services]
         assert len(set(ports)) == 2 and len(set(pids)) == 2
         for pid in pids:
-            assert os.getpgid(pid) == pid  # a session of its own: stopped with its group
+            assert os.getpgid(pid) == pid  # a group of its own: stopped with it
             with open(f"/proc/{pid}/stat") as stat:
                 assert int(stat.read().rsplit(")", 1)[1].split()[1]) == forks.proc.pid  # the fork server's child
         assert "LMCache HTTP server initialized" in (tmp_path / "server-0.log").read_text(errors="replace")

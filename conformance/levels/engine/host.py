@@ -15,30 +15,25 @@ a fork, and none is started), freezes its heap before the first fork (``_freeze_
 imports a connector's module. Its
 protocol has an fd of its own: what an import prints on stdout goes to the host's log.
 
-Protocol, one JSON object per line. The suite writes ``{"id", "spec", "result", "log", "env"}``
-on the host's stdin. The host writes ``{"ready": true, "import_s", "preloaded", "compiled_ahead", "hash_seed"}`` once its imports
-are done (``{"ready": false, "why"}``, and exits, where importing them started a thread or left
-CUDA unusable in a fork),
-``{"started": pid, "id"}`` for each child (already its own process group leader), and
-``{"ended": pid, "status"}`` (a ``waitpid`` status) when one is reaped. End of stdin, or SIGTERM,
-ends the host and every child it started.
+Protocol: ``forking``'s. A request is ``{"id", "spec", "result", "log", "env"}``; the ready line is
+``{"ready": true, "import_s", "preloaded", "compiled_ahead", "hash_seed"}`` once its imports are done
+(``{"ready": false, "why"}``, and it exits, where importing them started a thread or left CUDA
+unusable in a fork).
 """
 
 from __future__ import annotations
 
 import gc
 import importlib
-import json
 import os
-import select
-import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from conformance.levels.engine import child, separate
+from conformance.util import forking
 from conformance.util.devices import nvidia_gpu
-from conformance.util.procs import kill_pgid
 
 # What an engine imports after ``from vllm import LLM``: the engine core, the CPU worker and model
 # runner, the sampler and loader, LoRA, the connector factory, torch's compiler (vLLM compiles its
@@ -114,9 +109,6 @@ def _threads() -> int:
     return threading.active_count()
 
 
-_PROTOCOL = 1  # the fd the suite reads; main() moves it off stdout, where vLLM's logger prints
-
-
 def _cuda_unusable_in_forks() -> bool:
     """Whether a child forked now could not use CUDA: torch marks a fork that follows a CUDA call
     (PyPI's CUDA build asks for a device count at vLLM's import, GPU or not) as a bad fork, where a
@@ -149,98 +141,33 @@ def refusal() -> str | None:
     return None
 
 
-def _say(message: dict[str, Any]) -> None:
-    os.write(_PROTOCOL, (json.dumps(message) + "\n").encode())
+def _start(request: dict[str, Any], channel: int) -> int:
+    def engine() -> None:
+        separate.after_fork()
+        child.run_spec(request["spec"], request["result"])
 
-
-def _start(request: dict[str, Any]) -> int:
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.setpgid(0, 0)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            if _PROTOCOL != 1:
-                os.close(_PROTOCOL)  # the suite's channel is the host's alone
-            log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            os.environ.update(request.get("env") or {})
-            separate.after_fork()
-            child.run_spec(request["spec"], request["result"])
-        finally:
-            os._exit(70)
-    try:
-        os.setpgid(pid, pid)  # both sides: the suite may kill the group before the child ran a line
-    except OSError:
-        pass
-    return pid
-
-
-def _reap(children: set[int]) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        children.discard(pid)
-        _say({"ended": pid, "status": status})
-
-
-def _stop(children: set[int]) -> None:
-    for pid in children:
-        kill_pgid(pid)
+    return forking.fork_child(engine, Path(request["log"]), env=request.get("env"), close=(channel,))
 
 
 def main() -> None:
-    global _PROTOCOL
-    # What an import prints (vLLM 0.19's logger writes INFO lines to stdout) goes to the log instead.
-    _PROTOCOL = os.dup(1)
-    os.dup2(2, 1)
+    channel = forking.protocol_channel()
     child.prepare_environment({})
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # inductor compiles in process: no worker pool
     started = time.perf_counter()
     preloaded = _preload()
     native = _native_threads()
     compiled = _compile_ahead()
-    children: set[int] = set()
-
-    def terminated(*_: Any) -> None:
-        _stop(children)
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, terminated)
     why = refusal()
     left = _native_threads() - native
     if not why and left > 0:
         why = f"compiling vLLM's logprob op in the host left {left} more native thread(s)"
     if why:
-        _say({"ready": False, "why": why})
+        forking.say(channel, {"ready": False, "why": why})
         os._exit(0)
     _freeze_heap()
-    _say({"ready": True, "import_s": round(time.perf_counter() - started, 2), "preloaded": len(preloaded),
-          "compiled_ahead": compiled, "hash_seed": separate.started_with()})
-    pending = b""
-    while True:
-        readable, _, _ = select.select([0], [], [], 0.02)  # a child's end is reported within 20 ms
-        if readable:
-            chunk = os.read(0, 65536)
-            if not chunk:  # the suite is gone
-                break
-            pending += chunk
-            while b"\n" in pending:
-                line, pending = pending.split(b"\n", 1)
-                request = json.loads(line)
-                pid = _start(request)
-                children.add(pid)
-                _say({"started": pid, "id": request["id"]})
-        _reap(children)
-    _stop(children)
-    os._exit(0)
+    forking.say(channel, {"ready": True, "import_s": round(time.perf_counter() - started, 2),
+                          "preloaded": len(preloaded), "compiled_ahead": compiled, "hash_seed": separate.started_with()})
+    forking.serve(channel, lambda request: _start(request, channel))
 
 
 if __name__ == "__main__":

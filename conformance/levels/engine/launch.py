@@ -10,20 +10,20 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from conformance.levels.engine import handover, separate
 from conformance.levels.engine.specs import EngineSpec, Request
-from conformance.util import procs
+from conformance.util import forking, procs
 
 LOG_TAIL = 3000
+FORK_S = 60.0  # a ready host forks an engine within this long, or is taken as hung
 
 
 @dataclass
@@ -142,35 +142,10 @@ def _ended(proc: Any, paths: tuple[Path, Path, Path], role: str, started: float,
 
 
 
-REAPED_S = 120.0  # a killed child the host has not reported reaped by then is taken as gone
-
-
-class HostedProcess:
-    """An engine child a host forked, read as a ``subprocess.Popen`` is (pid, poll, wait, returncode):
-    its process group is its pid, so ``procs.kill_group`` stops it as it stops a spawned one."""
-
-    def __init__(self, pid: int, host: EngineHost) -> None:
-        self.pid, self._host = pid, host
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Its return code; without ``timeout`` (after a kill) at most REAPED_S, then it reads as killed."""
-        with self._host.changed:
-            if not self._host.changed.wait_for(lambda: self.returncode is not None, REAPED_S if timeout is None else timeout):
-                if timeout is not None:
-                    raise subprocess.TimeoutExpired(f"engine child {self.pid}", timeout)
-                self.returncode = -9
-        assert self.returncode is not None
-        return self.returncode
-
-
 class EngineHost:
-    """The suite's end of an engine host (``conformance.levels.engine.host``) in ``python``, started
-    on first use. A host that does not come up, or dies, is reported in its log and in
-    ``describe()``; ``start`` then answers None and the engines start as fresh processes."""
+    """The suite's end of an engine host (``conformance.levels.engine.host``, a ``forking`` fork server)
+    in ``python``, started on first use. A host that does not come up, or dies, is reported in its
+    log and in ``describe()``; ``start`` then answers None and the engines start as fresh processes."""
 
     def __init__(self, python: str, log_path: Path, ready_timeout_s: float = 300.0, *,
                  env: Mapping[str, str] | None = None, adopt: bool = True, side: str = separate.FIRST) -> None:
@@ -181,37 +156,24 @@ class EngineHost:
         self.env, self.adopt, self.side = dict(env or {}), adopt, side
         self.hash_seed = separate.seed_of(self.env)  # a handed host's own, once adopted
         self._launched: float | None = None
-        self.changed = threading.Condition()
-        self._proc: subprocess.Popen | handover.HandedHost | None = None
+        self._launching = threading.Lock()  # two lanes may ask for a host not launched yet: one process
+        self._server: forking.ForkServer | None = None
         self.handed = False  # started ahead by a matrix runner and handed over (``handover``)
-        self._children: dict[int, HostedProcess] = {}
-        self._started: dict[int, int] = {}  # request id -> pid
-        self._next_id = 0
-        self._ready: dict[str, Any] | None = None
         self.failed = ""  # why the host cannot be used ("" while it can)
         self.ready_s: float | None = None
 
     def start(self, spec_path: Path, result_path: Path, log_path: Path,
-              env: dict[str, str] | None) -> HostedProcess | None:
+              env: dict[str, str] | None) -> forking.Child | None:
         """A child running ``spec_path``, or None where no host can run it."""
         if not self._up():
             return None
-        assert self._proc is not None and self._proc.stdin is not None
-        with self.changed:
-            request_id, self._next_id = self._next_id, self._next_id + 1
-            request = {"id": request_id, "spec": str(spec_path), "result": str(result_path), "log": str(log_path),
-                       "env": dict(env or {})}
-            try:
-                self._proc.stdin.write((json.dumps(request) + "\n").encode())
-                self._proc.stdin.flush()
-            except OSError as exc:
-                self.failed = f"the engine host stopped taking requests ({exc})"
-                return None
-            if not self.changed.wait_for(lambda: request_id in self._started or self._proc_gone(), 60):
-                self.failed = "the engine host did not fork a child within 60s"
-                return None
-            pid = self._started.pop(request_id, None)
-            return self._children[pid] if pid is not None else None
+        assert self._server is not None
+        child = self._server.fork({"spec": str(spec_path), "result": str(result_path), "log": str(log_path),
+                                   "env": dict(env or {})})
+        if child.pid is None:
+            self.failed = child.error or "the engine host forked no child"
+            return None
+        return child
 
     @property
     def launched(self) -> bool:
@@ -220,93 +182,45 @@ class EngineHost:
 
     def describe(self) -> dict[str, Any]:
         """What the cell's timings record about the host."""
-        return {"ready_s": self.ready_s, **(self._ready or {}), **({"handed": True} if self.handed else {}),
+        ready = self._server.ready if self._server is not None else None
+        return {"ready_s": self.ready_s, **(ready or {}), **({"handed": True} if self.handed else {}),
                 **({"failed": self.failed} if self.failed else {})}
 
     def close(self) -> None:
-        if self._proc is None:
-            return
-        if self._proc.stdin is not None:
-            try:
-                self._proc.stdin.close()  # the host ends with its children
-            except OSError:
-                pass
-        if not procs.finished_within(self._proc, 10):
-            procs.kill_group(self._proc)
-            self._proc.wait()
-        self._lost()
+        if self._server is not None:
+            self._server.close(grace_s=10)  # its stdin closed: the host ends with its children
 
     # -- the host process -------------------------------------------------------------------------
     def launch(self) -> None:
         """Start the host (or adopt the one a matrix runner started ahead of this cell) without waiting
         for its imports: ``start`` waits for them. Once; a host that already failed is not retried."""
-        with self.changed:  # two lanes may ask for a host not launched yet: one process
-            if self.failed or self._proc is not None:
+        with self._launching:
+            if self.failed or self._server is not None:
                 return
             self._launched = time.monotonic()
+            proc: forking.Speaking
             adopted = handover.adopt(self.python, accept=self.adopt, side=self.side)
             if adopted is not None:
-                self._proc, self.log_path, self.hash_seed = adopted
+                proc, self.log_path, self.hash_seed = adopted
                 self.handed = True
             else:
-                self._proc = handover.start_host(self.python, self.log_path, {**os.environ, **self.env})
-            assert self._proc.stdout is not None
-            threading.Thread(target=self._read, args=(self._proc.stdout,), daemon=True, name="engine-host").start()
+                proc = handover.start_host(self.python, self.log_path, {**os.environ, **self.env})
+            self._server = forking.ForkServer(proc, "engine host", self.log_path, reply_s=FORK_S)
 
     def _up(self) -> bool:
         if self.failed:
             return False
         started = time.monotonic()  # ready_s: how long the first engine waited for the host (launched ahead)
-        if self._ready is not None:
-            if self.ready_s is None:
-                self.ready_s = 0.0
-            return not self._proc_gone() or self._fail("the engine host exited (see its log)")
         self.launch()
-        if self._proc is None:
+        if self._server is None:
             return False
-        with self.changed:
-            if not self.changed.wait_for(lambda: self._ready is not None or self._proc_gone(), self.ready_timeout_s):
-                procs.kill_group(self._proc)
-                return self._fail(f"the engine host was not ready within {self.ready_timeout_s:g}s")
-        if self._ready is None:
-            return self._fail(self.failed or "the engine host exited before it was ready (see its log)")
+        if self.ready_s is not None:
+            return not self._server.gone() or self._fail("the engine host exited (see its log)")
+        if not self._server.wait_ready(self.ready_timeout_s):
+            return self._fail(self._server.failed)
         self.ready_s = round(time.monotonic() - started, 2)
         return True
 
     def _fail(self, why: str) -> bool:
         self.failed = why
         return False
-
-    def _proc_gone(self) -> bool:
-        return self._proc is None or self._proc.poll() is not None
-
-    def _read(self, stream: IO[bytes]) -> None:
-        for line in stream:
-            try:
-                message = json.loads(line)
-            except ValueError:  # not the host's: skipped, never the end of the reader
-                continue
-            with self.changed:
-                if message.get("ready") is False:
-                    self.failed = message.get("why", "the engine host refused to start engines")
-                elif "ready" in message:
-                    self._ready = {k: v for k, v in message.items() if k != "ready"}
-                elif "started" in message:
-                    self._children[message["started"]] = HostedProcess(message["started"], self)
-                    self._started[message["id"]] = message["started"]
-                elif "ended" in message and message["ended"] in self._children:
-                    child = self._children.pop(message["ended"])
-                    child.returncode = os.waitstatus_to_exitcode(message["status"])
-                self.changed.notify_all()
-        if self._proc is not None:
-            self._proc.wait()
-        self._lost()
-
-    def _lost(self) -> None:
-        """The host is gone: a child it left is killed, and reads as killed."""
-        with self.changed:
-            for child in self._children.values():
-                procs.kill_group(child)
-                child.returncode = -9
-            self._children.clear()
-            self.changed.notify_all()
