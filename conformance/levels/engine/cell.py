@@ -48,6 +48,7 @@ from conformance.levels.engine.roles import (
     NO_CONNECTOR,
     REPLAY,
     RETRAINED_LOAD,
+    ROLES,
     SAME_ENGINE,
     SECOND_LANE,
     SPLIT_AT,
@@ -274,9 +275,9 @@ class EngineCell:
         if role is not None:
             storage = self.storage_of(world_of(role))
             storage.mkdir(parents=True, exist_ok=True)
-            kv_role = {"producer": "kv_producer", "consumer": "kv_consumer"}.get(role)
             spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage),
-                                                               role=kv_role, model=model.name)
+                                                               role=ROLES[role].kv_role if role in ROLES else None,
+                                                               model=model.name)
             if load_failure_policy:
                 spec["connector"]["kv_load_failure_policy"] = load_failure_policy
         return spec
@@ -419,22 +420,16 @@ class EngineCell:
             self._ahead[role] = self._lane.submit(self._start, role)
 
     def _start(self, role: str) -> EngineRun:
-        intact = ["store", "load", "twin_load", RETRAINED_LOAD]
-        # The other checkpoint's engine after the load engine: a connector blind to the model stores its
-        # KV under the prompts' keys, which the load engine would then be served.
-        needs = {"load": ["store"], "twin_load": ["store"], RETRAINED_LOAD: ["store", "load"],
-                 "after_loss": intact, "after_loss_recompute": intact,
-                 "reuse_load": ["reuse_store"], "prefix_load": ["prefix_store"], "pressure_load": ["pressure_store"],
-                 "tp_load": ["tp_store"], "bs_load": ["bs_store"]}
-        for dep in needs.get(role, []):
+        facts = ROLES[role]
+        for dep in facts.needs:
             try:
                 self.run(dep)
             except NotRunnable:
                 pass
-        if role in AFTER_LOSS:
+        if facts.damaged:
             # Damaged afresh for each such engine: the one before may have stored its recomputed KV.
             self.loss = self.lose_storage()
-        if role in intact and self.loss:
+        if facts.intact and self.loss:
             raise HarnessError(f"engine {role} would read storage already damaged for {'/'.join(AFTER_LOSS)}")
         spec = self._roles()[role]()
         hung = self._hung_run(role) if spec.get("connector") else None

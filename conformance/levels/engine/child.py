@@ -53,7 +53,7 @@ import traceback
 from typing import Any, Mapping, NoReturn
 
 from conformance.levels.engine import separate
-from conformance.levels.engine.specs import Batch, EngineSpec, Request, Step
+from conformance.levels.engine.specs import Batch, EngineResult, EngineSpec, Request, Step
 
 COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
             "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits")
@@ -164,7 +164,7 @@ def _reset_prefix_cache(llm: Any, timeout_s: float = 60.0) -> bool:
     return True
 
 
-def run(spec: EngineSpec, result: dict[str, Any]) -> None:
+def run(spec: EngineSpec, result: EngineResult) -> None:
     started = time.perf_counter()
     result["imported_vllm"] = "vllm" not in sys.modules  # False in a child an engine host forked
     from vllm import LLM, SamplingParams
@@ -386,7 +386,7 @@ def _abandon(llm: Any, batch: Batch, params: Any, timeout_s: float = 60.0) -> di
             "drained": not engine.has_unfinished_requests(), "blocks_back": _reset_prefix_cache(llm, timeout_s)}
 
 
-def _serve(llm: Any, spec: EngineSpec, result: dict[str, Any]) -> None:
+def _serve(llm: Any, spec: EngineSpec, result: EngineResult) -> None:
     """A P/D producer: say it is ready (its result, with each request's kv_transfer_params), then
     keep the engine stepping (finished transfers reported, held blocks freed) until released."""
     _write(spec["result_path"], result)
@@ -396,7 +396,7 @@ def _serve(llm: Any, spec: EngineSpec, result: dict[str, Any]) -> None:
         time.sleep(0.01)
 
 
-def _write(path: str, result: dict[str, Any]) -> None:
+def _write(path: str, result: EngineResult) -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(result, f)
     os.replace(path + ".tmp", path)  # the parent never reads half a file
@@ -418,7 +418,7 @@ def run_spec(spec_path: str, result_path: str) -> NoReturn:
     spec = json.loads(open(spec_path).read())
     spec["result_path"] = result_path
     prepare_environment(spec)
-    result: dict[str, Any] = {"ok": False}
+    result: EngineResult = {"ok": False}
     try:
         run(spec, result)
     except BaseException as exc:  # everything becomes data for the parent

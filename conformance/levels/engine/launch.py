@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from conformance.levels.engine import handover, separate
-from conformance.levels.engine.specs import EngineSpec, Request
+from conformance.levels.engine.specs import EngineResult, EngineSpec, Request
 from conformance.util import forking, procs
 
 LOG_TAIL = 3000
@@ -30,7 +30,7 @@ FORK_S = 60.0  # a ready host forks an engine within this long, or is taken as h
 class EngineRun:
     role: str
     ok: bool
-    result: dict[str, Any] = field(default_factory=dict)
+    result: EngineResult = field(default_factory=lambda: EngineResult())
     error: str = ""
     log_tail: str = ""
     wall_s: float = 0.0
@@ -90,7 +90,7 @@ def serving_engine(spec: EngineSpec, workdir: Path, role: str, *, timeout_s: flo
         time.sleep(0.05)
     try:
         if paths[1].exists():
-            result = json.loads(paths[1].read_text())
+            result: EngineResult = json.loads(paths[1].read_text())
             yield EngineRun(role, bool(result.get("ok")), result, result.get("error", ""),
                             procs.log_tail(paths[2], LOG_TAIL), round(time.monotonic() - started, 2))
         else:
@@ -130,7 +130,7 @@ def _ended(proc: Any, paths: tuple[Path, Path, Path], role: str, started: float,
         return EngineRun(role, False, error=f"did not finish within {timeout_s:g}s (killed)", log_tail=tail,
                          wall_s=wall, timed_out=True)
     try:
-        result = json.loads(paths[1].read_text())
+        result: EngineResult = json.loads(paths[1].read_text())
     except (OSError, ValueError):
         if proc.returncode == -signal.SIGKILL:  # the suite kills only at a deadline (timed_out, above)
             return EngineRun(role, False, error="killed by a SIGKILL the suite did not send (the kernel's OOM "

@@ -1,7 +1,14 @@
 """An engine cell's roles: which engines a cell may start, what each stores or reads, in which
-world (its own storage and servers) and which interpreter, and which run beside the rest."""
+world (its own storage and servers) and which interpreter, and which run beside the rest.
+
+Each role is one ``Role`` entry of ``ROLES``, the only place its facts are written; the sets the
+cell and the clauses ask for (``COLD_ROLES``, ``SECOND_ENGINE``, ``NO_CONNECTOR``, ...) are read off
+that table. What each role's engine serves is the cell's (``EngineCell._roles``).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from conformance.levels.engine import separate
 
@@ -34,49 +41,87 @@ BLOCK_BASELINE = "bs_baseline"
 # a fine-tune served beside its base): a fresh engine of it asks, one by one, for prompts only the store
 # engine stored, none sharing a prefix with another: whatever it is served is the first model's KV.
 RETRAINED_LOAD = "retrained_load"
-# The first engine over its (empty) storage:
-COLD_ROLES = (SAME_ENGINE, "store", LORA, EMBEDS, IMAGES, "reuse_store", "tp_store", "bs_store")
 # Each role's world: where its engines keep what they store, a directory under "{storage}" and, for a
 # connector the suite starts LMCache's server for, a server of its own (``EngineCell.server``). The
 # roles that must start cold or run on the second lane have one each, so none warms, empties or
 # waits for another's; the cross-engine roles (store, load, the format twin, the other checkpoint, after a loss) share ACROSS.
 ACROSS = ""
-WORLDS = {SAME_ENGINE: "same-engine", LORA: "lora", EMBEDS: "embeds", IMAGES: "images", **dict.fromkeys(PD_ROLES, "pd"),
-          **dict.fromkeys(REUSE_ROLES, "reuse"), **dict.fromkeys(PREFIX_ROLES, "prefix"),
-          **dict.fromkeys(PRESSURE_ROLES, "pressure"), **dict.fromkeys(TP_ROLES, "tp"),
-          **dict.fromkeys(BLOCK_ROLES, "block-size")}
+
+
+@dataclass(frozen=True)
+class Role:
+    """One engine a cell may start, and what the cell must know of it before it starts."""
+
+    name: str
+    world: str = ACROSS
+    connector: bool = True  # False: vLLM alone, a baseline shared between cells (``BaselineStore``)
+    # Reads what another engine stored (or was handed: the P/D consumer), which in production is a
+    # separately started process: it runs in an interpreter of its own, with another hash seed (``separate``).
+    second: bool = False
+    cold: bool = False  # the first engine over its (empty) storage: whatever it is served, it was never stored
+    needs: tuple[str, ...] = ()  # the roles that run first: they store what it reads
+    stored_by: str | None = None  # whose batches stored what it asks for (prefix-cache references)
+    # Settings the baseline does not share (LoRA or prompt embeddings on; another model; a cache of a few
+    # blocks): when it fails, the same engine without the connector says whether vLLM runs them here at all.
+    own_settings: bool = False
+    intact: bool = False  # reads the storage before the suite damages it
+    damaged: bool = False  # runs over storage the suite damaged (afresh for each such engine)
+    kv_role: str | None = None  # KVTransferConfig's kv_role (a P/D pair's); None: kv_both
+
+
+_INTACT = ("store", "load", "twin_load", RETRAINED_LOAD)
+ROLES = {role.name: role for role in (
+    Role("baseline", connector=False),
+    Role(SAME_ENGINE, world="same-engine", cold=True, stored_by=SAME_ENGINE),
+    Role(LORA, world="lora", cold=True, own_settings=True),
+    Role(EMBEDS, world="embeds", cold=True, own_settings=True),
+    Role(IMAGES, world="images", cold=True, own_settings=True),
+    Role("store", cold=True, intact=True),
+    Role("load", second=True, needs=("store",), stored_by="store", intact=True),
+    Role("twin_baseline", connector=False),
+    Role("twin_load", second=True, needs=("store",), intact=True),
+    # The other checkpoint's engine after the load engine: a connector blind to the model stores its
+    # KV under the prompts' keys, which the load engine would then be served.
+    Role(RETRAINED_LOAD, second=True, needs=("store", "load"), intact=True),
+    *(Role(name, second=True, needs=_INTACT, damaged=True) for name in AFTER_LOSS),
+    Role("reuse_store", world="reuse", cold=True, own_settings=True),
+    Role("reuse_load", world="reuse", second=True, needs=("reuse_store",)),
+    Role("prefix_store", world="prefix"),
+    Role("prefix_load", world="prefix", second=True, needs=("prefix_store",), stored_by="prefix_store"),
+    Role("pressure_store", world="pressure"),
+    Role("pressure_load", world="pressure", second=True, needs=("pressure_store",), stored_by="pressure_store"),
+    Role("producer", world="pd", kv_role="kv_producer"),
+    Role("consumer", world="pd", second=True, kv_role="kv_consumer"),
+    Role(TP_BASELINE, connector=False),
+    Role("tp_store", world="tp", cold=True),
+    Role("tp_load", world="tp", second=True, needs=("tp_store",), stored_by="tp_store"),
+    Role(BLOCK_BASELINE, connector=False),
+    Role("bs_store", world="block-size", cold=True),
+    Role("bs_load", world="block-size", second=True, needs=("bs_store",), stored_by="bs_store"),
+)}
+COLD_ROLES = tuple(name for name, role in ROLES.items() if role.cold)
+SECOND_ENGINE = tuple(name for name, role in ROLES.items() if role.second)
+NO_CONNECTOR = tuple(name for name, role in ROLES.items() if not role.connector)  # vLLM alone
+OWN_SETTINGS = tuple(name for name, role in ROLES.items() if role.own_settings)
+STORED_BY = {name: role.stored_by for name, role in ROLES.items() if role.stored_by}
 
 
 def world_of(role: str) -> str:
-    return WORLDS.get(role, ACROSS)
-
-
-# The engines that read what another engine stored (or was handed: the P/D consumer), which in
-# production is a separately started process: they run in an interpreter of their own, started with
-# another hash seed than the cell's other engines (``separate``: another host, or fresh processes).
-SECOND_ENGINE = ("load", "twin_load", RETRAINED_LOAD, *AFTER_LOSS, "reuse_load", "prefix_load", "pressure_load",
-                 "consumer", "tp_load", "bs_load")
+    """The world of ``role``'s engine (a reference or control engine of another name: ACROSS)."""
+    return ROLES[role].world if role in ROLES else ACROSS
 
 
 def side_of(role: str) -> str:
     """The interpreter ``role``'s engine runs in: ``separate.SECOND`` for the engines that load what
     another stored, ``separate.FIRST`` for every other."""
-    return separate.SECOND if role in SECOND_ENGINE else separate.FIRST
+    return separate.SECOND if role in ROLES and ROLES[role].second else separate.FIRST
 
 
-# vLLM alone: shared between cells (BaselineStore)
-NO_CONNECTOR = ("baseline", "twin_baseline", TP_BASELINE, BLOCK_BASELINE)
-# Roles whose engine settings the baseline does not share (LoRA or prompt embeddings on; another model; a cache of a
-# few blocks): when one fails, the same engine without the connector says whether vLLM runs those settings here at all.
-OWN_SETTINGS = (LORA, EMBEDS, IMAGES, "reuse_store")
-WITHOUT_CONNECTOR = "_without_connector"  # the role name of such an engine
+WITHOUT_CONNECTOR = "_without_connector"  # the role name of an OWN_SETTINGS engine run without the connector
 SPLIT_AT = "_split_at_"  # a baseline's engine with its prompts prefilled in chunks (references)
 CACHED_AT = "_cached_"  # a baseline's engine with each prompt's first tokens in its prefix cache (references)
 REPLAY = "_replayed"  # a load role's engine after its storing role's batches, no connector (references)
 STORED_MARK = "#stored"  # the storing role's batches, renamed in a replay
-# The role whose batches stored what a load role asks for (the same-engine role: its own first phase).
-STORED_BY = {"load": "store", "prefix_load": "prefix_store", "pressure_load": "pressure_store",
-             "tp_load": "tp_store", "bs_load": "bs_store", SAME_ENGINE: SAME_ENGINE}
 # Roles no other role reads or damages the storage of (nor needs, but the one after it): with two
 # lanes they run on the second, beside the rest, once the baseline has shown vLLM runs the cell.
 # Per clause whose test asks for them (test_engine.py); a role asked for that is not here runs as

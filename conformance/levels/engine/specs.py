@@ -1,5 +1,5 @@
-"""What an engine is asked to run (``EngineSpec``, its ``Batch``es) and what it records of each
-request (``Request``), as the cell writes them and the engine child reads and writes them (JSON
+"""What an engine is asked to run (``EngineSpec``, its ``Batch``es) and what it records (``EngineResult``,
+a ``Request`` each), as the cell writes them and the engine child reads and writes them (JSON
 between two processes): typed, so that a key the two sides spell differently is a type error
 rather than a silent default."""
 
@@ -82,3 +82,41 @@ class Request(TypedDict):
     num_cached_tokens: int
     counters_delta: dict[str, float]
     kv_transfer_params: dict[str, Any] | None
+
+
+class Resolved(TypedDict, total=False):
+    """What vLLM made of the engine's settings, read back from the running engine."""
+
+    cache_dtype: str
+    block_size: int
+    kv_cache_layout: str
+    kv_tensor_dtype: str
+    use_mla: bool
+    kv_cache_groups: list[str] | str
+    device: str
+
+
+class EngineResult(TypedDict, total=False):
+    """An engine's RESULT.json: whether it ran its batches (``ok``) or why not, what it served, what
+    vLLM resolved, its timings and its process; ``reused_from`` where a baseline store supplied it."""
+
+    ok: bool
+    error: str
+    traceback: str
+    imported_vllm: bool  # False in a child an engine host forked
+    vllm_version: str
+    versions: dict[str, str]
+    engine_settings: list[dict[str, Any]]  # what this vLLM release required of the cell (``releases``)
+    warnings: list[str]
+    process: dict[str, Any]  # ``separate.identity``
+    torch_threads: int
+    resolved: Resolved
+    requests: list[Request]
+    prefix_cache_resets: list[bool]
+    aborted: dict[str, dict[str, Any]]  # per batch: what vLLM kept of the requests it was told to abort
+    drained: bool
+    counters: dict[str, float]
+    t_import_s: float
+    t_engine_start_s: float
+    t_batches_s: dict[str, float]
+    reused_from: str

@@ -394,3 +394,17 @@ def test_the_second_lanes_order_is_its_own_not_the_selections(tmp_path):
     assert ahead(everything) == ahead(everything[::-1]) == [r for roles in SECOND_LANE.values() for r in roles]
     connected_first = [r for r in ahead(everything[::-1]) if connected(r)]
     assert connected_first[:2] == [LORA, EMBEDS]
+
+
+def test_every_engine_a_cell_builds_is_a_role_of_the_table_and_every_role_is_built(tmp_path):
+    """A role's facts (its world, interpreter, what runs before it, ...) are written once, in ROLES; an
+    engine the cell builds without an entry would run with the defaults of none."""
+    from conformance.levels.engine.cell import EngineCell
+    from conformance.levels.engine.roles import ROLES
+    from conformance.levels.subject import ConnectorChoice
+
+    cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
+                      kv_cache_dtype="auto", block_size=16, workdir=tmp_path / "w", timeout_s=5,
+                      python="python", hosted=False)
+    assert set(cell._roles()) | {"producer", "consumer"} == set(ROLES)  # the P/D pair is built by run_pd
+    assert all(other in ROLES for role in ROLES.values() for other in (*role.needs, *filter(None, [role.stored_by])))
