@@ -308,8 +308,10 @@ class EngineCell:
                              "images": load_recipe(IMAGE_MODEL)["images"]},
             "store": lambda: {**self._spec(dtype, using("store"), STORED), "drain": True},
             "load": lambda: self._spec(dtype, "load", load),
-            "twin_baseline": lambda: self._spec(self.twin_dtype, None, load),
-            "twin_load": lambda: self._spec(self.twin_dtype, "twin_load", load),
+            # The format twin asks only for prompts none of which shares a prefix with another: whatever it
+            # is served, the other format's engine stored (never its own KV of an earlier prompt).
+            "twin_baseline": lambda: self._spec(self.twin_dtype, None, ["boundaries"]),
+            "twin_load": lambda: self._spec(self.twin_dtype, "twin_load", ["boundaries"]),
             RETRAINED_LOAD: lambda: self._spec(dtype, RETRAINED_LOAD, ["boundaries"], model=self.retrained_model),
             "after_loss": lambda: self._spec(dtype, "after_loss", load),
             "after_loss_recompute": lambda: self._spec(dtype, "after_loss_recompute", load, "recompute"),

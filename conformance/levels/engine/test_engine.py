@@ -411,12 +411,15 @@ def test_engine_format_isolation(cell):
         raise ClauseViolation("engine_format_isolation", (
             f"an engine with kv_cache_dtype={cell.twin_dtype} over storage written with "
             f"{cell.kv_cache_dtype} crashed instead of missing: {twin.describe_failure()}"))
+    # Its prompts, served one by one, share no prefix with each other: whatever it is served was stored
+    # by the first format's engine (never its own KV of an earlier prompt, whose bits depend on the pass
+    # that computed them on a CPU, and which vLLM's own baseline never computed that way).
     hits = external_hits(twin)
     if hits > 0:
         # A request vLLM failed because the connector reported its load failed was refused, cleanly:
         # what the clause asks for. Only what the twin engine served is compared.
         refused = sum(r.get("finish_reason") == "error" for r in twin.result["requests"])
-        _identical(cell, twin, twin_base, ["extends", "boundaries", "concurrent"], "engine_format_isolation",
+        _identical(cell, twin, twin_base, ["boundaries"], "engine_format_isolation",
                    f"an engine with kv_cache_dtype={cell.twin_dtype} was served {hits:g} tokens of KV written with "
                    f"kv_cache_dtype={cell.kv_cache_dtype} ({refused} request(s) vLLM failed on a load the connector "
                    "reported failed count as refusals); its output", skip_failed=True)
