@@ -300,6 +300,7 @@ class Child:
     def __init__(self, server: ForkServer, request_id: int) -> None:
         self._server, self._request_id = server, request_id
         self._pid: int | None = None
+        self._resolving = threading.Lock()  # its answer is read once, whichever thread asks first
         self.error: str | None = None
         self.returncode: int | None = None
 
@@ -310,16 +311,20 @@ class Child:
 
     @property
     def pid(self) -> int | None:
-        if not self.known:
-            answer = self._server._pid(self._request_id)
-            with self._server.changed:
-                if isinstance(answer, str):
-                    self.error, self.returncode = answer, 1
-                else:
-                    self._pid = answer
-                    self.returncode = self._server._early.pop(answer, None)
-                    if self.returncode is None:
-                        self._server._children[answer] = self
+        with self._resolving:
+            if not self.known:
+                answer = self._server._pid(self._request_id)
+                with self._server.changed:
+                    if isinstance(answer, str):
+                        self.error, self.returncode = answer, 1
+                    else:
+                        self._pid = answer
+                        self.returncode = self._server._early.pop(answer, None)
+                        if self.returncode is None and self._server._ended:  # gone with its server
+                            procs.kill_pgid(answer)
+                            self.returncode = -signal.SIGKILL
+                        elif self.returncode is None:
+                            self._server._children[answer] = self
         return self._pid
 
     def poll(self) -> int | None:
