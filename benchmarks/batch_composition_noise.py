@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 from conformance.levels.engine.launch import run_engine  # noqa: E402
 from conformance.levels.engine.models import materialise  # noqa: E402
 from conformance.levels.engine.prompts import prompt_batches  # noqa: E402
-from conformance.levels.engine.specs import Batch, EngineSpec  # noqa: E402
+from conformance.levels.engine.specs import Batch, EngineSpec, Request  # noqa: E402
 
 DTYPES = ["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 BLOCK_SIZE = 32
@@ -46,7 +46,7 @@ def compositions(block_size: int) -> list[Batch]:
             {"name": "with_extra", "prompts": [extra, *conc], "together": True}]
 
 
-def distances(together: list[dict[str, Any]], other: list[dict[str, Any]]) -> dict[str, Any]:
+def distances(together: list[Request], other: list[Request]) -> dict[str, Any]:
     """Largest |logprob delta| over the steps both decodes share, and how many requests' tokens differ."""
     worst, token_diffs, bit_diffs = 0.0, 0, 0
     for a, b in zip(together, other, strict=True):
@@ -70,7 +70,7 @@ def measure(model: str, dtype: str, python: str) -> dict[str, Any]:
         return row | {"error": run.error[:500]}
     reqs = run.result["requests"]
 
-    def batch(prefix: str) -> list[dict[str, Any]]:
+    def batch(prefix: str) -> list[Request]:
         return [r for r in reqs if r["batch"].split(":")[0] == prefix]
 
     together = batch("together")

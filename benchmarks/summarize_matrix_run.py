@@ -23,7 +23,7 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -51,6 +51,12 @@ def not_run_here(doc: dict[str, Any], published: dict[str, dict[str, str]] | Non
         return False
     elsewhere = (published or {}).get(doc["cell"]["id"])
     return elsewhere is None or not set(elsewhere.values()) <= unrunnable
+
+
+def _utc(text: str) -> datetime:
+    """An ISO time; one without an offset is UTC (the results' own times carry one)."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
 def load(results_dir: Path, since: datetime | None) -> list[dict[str, Any]]:
@@ -151,7 +157,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results_dir", type=Path)
     parser.add_argument("--jobs", type=int, required=True, help="the --jobs the run used")
-    parser.add_argument("--since", type=datetime.fromisoformat, default=None)
+    parser.add_argument("--since", type=_utc, default=None, help="ISO time; without an offset, UTC")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--note", default=None, help="how the run was made, kept in the summary")
     parser.add_argument("--estimate", metavar="TIER", default=None, help="estimate TIER's mean cell wall")

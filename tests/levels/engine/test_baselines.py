@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,8 @@ def runner(ok: bool = True):
 
     def run() -> EngineRun:
         calls.append(1)
-        return EngineRun("baseline", ok, {"requests": [{"tokens": [1, 2]}]} if ok else {}, "" if ok else "boom",
+        request: Any = {"tokens": [1, 2]}  # what the store keeps is opaque to it
+        return EngineRun("baseline", ok, {"requests": [request]} if ok else {}, "" if ok else "boom",
                          "log", 9.5)
     return run, calls
 

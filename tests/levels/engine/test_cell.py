@@ -4,6 +4,7 @@ load has it compute a prompt apart), or (MLA on CPU, a concurrent batch) within 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from conformance.levels.engine.cell import EngineCell
 from conformance.levels.engine.compare import (
@@ -24,8 +25,8 @@ def step(token: int, logprob: float, **others: float) -> dict:
 
 
 def run(steps: list[dict], use_mla: bool = True, device: str = "cpu") -> EngineRun:
-    request = {"batch": "b", "idx": 0, "group": 0, "prompt_len": 40, "num_cached_tokens": 32,
-               "tokens": [s["token"] for s in steps], "steps": steps}
+    request: Any = {"batch": "b", "idx": 0, "group": 0, "prompt_len": 40, "num_cached_tokens": 32,
+                    "tokens": [s["token"] for s in steps], "steps": steps}  # the fields compared, no more
     return EngineRun("r", True, {"requests": [request], "resolved": {"use_mla": use_mla, "device": device}})
 
 
@@ -346,12 +347,12 @@ def test_a_long_prefix_no_reference_reproduces_is_held_to_the_measured_long_pref
 
     def loaded(steps: list[dict], cached: int) -> EngineRun:
         got = run(steps)
-        got.result["requests"][0].update(prompt_len=cached + 40, num_cached_tokens=cached)
+        got.result["requests"][0] |= {"prompt_len": cached + 40, "num_cached_tokens": cached}
         return got
 
     def base(cached: int) -> EngineRun:
         want = run(BASE)
-        want.result["requests"][0].update(prompt_len=cached + 40)
+        want.result["requests"][0]["prompt_len"] = cached + 40
         return want
 
     assert compare_runs(loaded(near, LONG_PREFIX), base(LONG_PREFIX), "b", references=none) == []
