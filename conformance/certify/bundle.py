@@ -42,8 +42,9 @@ def subject_args(badge: Badge, product: Mapping[str, Any]) -> list[str]:
     if badge.subject == "store":
         return [f"--kv-store={product['store']}", *args]
     c = product["connector"]
+    other = [f"--kv-other-model={product['other_model']}"] if product.get("other_model") else []
     return [*connector_args(c["name"], c["extra_config"], c["capabilities"]), f"--kv-role={c['role']}",
-            f"--kv-model={product['model']}", *args]
+            f"--kv-model={product['model']}", *other, *args]
 
 
 def badge_command(badge: Badge, product: Mapping[str, Any], where: Path = Path(".")) -> list[str]:
@@ -105,7 +106,7 @@ def _connector_problems(tested: Mapping[str, Any], product: Mapping[str, Any]) -
         problems.append(f"tested connector {tested.get('spec')!r}, but PRODUCT.yaml names {c['name']!r}")
     for key, want in (("capabilities", sorted(_declared(product))),
                       ("extra_config", results.redact(c["extra_config"])), ("role", c["role"]),
-                      ("model", product["model"])):
+                      ("model", product["model"]), ("other_model", product.get("other_model"))):
         if tested.get(key) != want:
             problems.append(f"tested connector {key} {tested.get(key)!r}, but PRODUCT.yaml says {want!r}")
     return problems

@@ -26,8 +26,8 @@ PRODUCT_REQUIRED = ("vendor", "name", "version", "contact_email", "badges")
 # What is certified: a store (``store: module:factory``) or a vLLM connector (``connector:``, its
 # registry name or ``module:Class``, or a mapping with its extra config and declared capabilities).
 SUBJECTS = ("store", "connector")
-PRODUCT_OPTIONAL = ("description", "website_url", "repo_url", "documentation_url", "model", "distribution",
-                    *SUBJECTS)
+PRODUCT_OPTIONAL = ("description", "website_url", "repo_url", "documentation_url", "model", "other_model",
+                    "distribution", *SUBJECTS)
 CONNECTOR_KEYS = ("name", "extra_config", "capabilities", "role")
 
 
@@ -137,6 +137,8 @@ def load_product(path: Path, golden: Golden) -> dict[str, Any]:
         data["connector"] = _connector(path, data["connector"])
     data.setdefault("model", DEFAULT_MODEL)
     _need(isinstance(data["model"], str), path, "model", "a model shipped with kvconform, or a model directory")
+    _need(isinstance(data.get("other_model", ""), str), path, "other_model",
+          "a directory: another checkpoint of the model directory (the model-isolation clauses need one)")
     return data
 
 

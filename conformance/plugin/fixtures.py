@@ -75,7 +75,8 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                       workdir=tmp_path_factory.mktemp("engine"), timeout_s=opt(options.ENGINE_TIMEOUT),
                       python=python, baselines=BaselineStore(Path(shared)) if shared else None,
                       hosted=opt(options.ENGINE_START) == "host", lanes=opt(options.ENGINE_LANES),
-                      clauses=selected, tensor_parallel=opt(options.TENSOR_PARALLEL))
+                      clauses=selected, tensor_parallel=opt(options.TENSOR_PARALLEL),
+                      other_model=other_model(request.config))
     yield cell
     cell.close()
     request.config.stash[ENGINE_TIMINGS] = cell.timings()
@@ -98,7 +99,7 @@ def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     connector = connector_choice(request.config)
     try:
         harness, close = open_harness(connector, opt(options.MODEL), tmp_path_factory.mktemp("connector-api"),
-                                      timeout_s=opt(options.TIMEOUT))
+                                      timeout_s=opt(options.TIMEOUT), other_model=other_model(request.config))
     except EraUnavailable as exc:
         not_runnable(str(exc))
     except ValueError as exc:
@@ -122,6 +123,23 @@ def connector_choice(config: pytest.Config) -> Any:
         except ValueError as exc:
             pytest.exit(f"kvconform: {exc}", returncode=4)
     return state.connector
+
+
+def other_model(config: pytest.Config) -> Path | None:
+    """The other checkpoint the user gave (``--kv-other-model``); one that is no model directory, or is the
+    model under test itself, ends the run (exit 4): the model-isolation clauses would judge nothing."""
+    given = config.getoption(options.OTHER_MODEL)
+    if not given:
+        return None
+    path = Path(given)
+    if not (path / "config.json").is_file():
+        raise pytest.exit.Exception(f"kvconform: {options.OTHER_MODEL} {given!r}: not a model directory "
+                                    "(no config.json in it)", returncode=4)
+    model = config.getoption(options.MODEL)
+    if Path(model).is_dir() and path.resolve() == Path(model).resolve():
+        raise pytest.exit.Exception(f"kvconform: {options.OTHER_MODEL} {given!r} is {options.MODEL} itself: "
+                                    "give another checkpoint of it", returncode=4)
+    return path
 
 
 def _model_dir(model: str, python: str) -> Path:

@@ -29,6 +29,7 @@ STORAGE_HOOK = "--kv-storage-hook"
 ROLE = "--kv-role"
 CACHE_DTYPE = "--kv-cache-dtype"
 MODEL = "--kv-model"
+OTHER_MODEL = "--kv-other-model"
 BLOCK_SIZE = "--kv-block-size"
 ENGINE_PYTHON = "--kv-engine-python"
 ENGINE_TIMEOUT = "--kv-engine-timeout"
@@ -97,6 +98,10 @@ def add_options(parser: pytest.Parser) -> None:
     engine.addoption(MODEL, default=DEFAULT_MODEL, metavar="NAME|PATH",
                      help="a model shipped with kvconform (fixtures/models, generated locally) "
                           "or a model directory")
+    engine.addoption(OTHER_MODEL, default=None, metavar="PATH",
+                     help="another checkpoint of the model (a directory: the same architecture and KV geometry, "
+                          "other weights), for the model-isolation clauses; the suite makes one for a model it "
+                          "ships, and without one they are Not runnable for a model directory")
     engine.addoption(BLOCK_SIZE, type=int, default=32, help="block size (a multiple of 32 on CPU)")
     engine.addoption(ENGINE_PYTHON, default=os.environ.get("KVCONFORM_ENGINE_PYTHON"), metavar="PYTHON",
                      help="the Python with vLLM installed that runs engines (default: "

@@ -222,6 +222,7 @@ class Recorder:
                          "engine_env": results.recorded_env(dict(state.connector.engine_env) if state.connector else {}),
                          "kv_cache_dtype": opt(options.CACHE_DTYPE),
                          "model": opt(options.MODEL), "block_size": opt(options.BLOCK_SIZE),
+                         "other_model": opt(options.OTHER_MODEL),  # the user's second checkpoint, if any
                          "engine_timings": self.config.stash.get(ENGINE_TIMINGS, None),
                          "engine_versions": self.config.stash.get(ENGINE_VERSIONS, None),
                          # per engine role: its log's copy beside the results, what each request came to

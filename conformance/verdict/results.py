@@ -5,7 +5,7 @@ Schema ``kvconform.results/1``::
     {"schema": "kvconform.results/1", "suite_version": str, "suite_digest": str, "created": ISO-8601,
      "store": {"spec": str, "target": str, "version": str, "capabilities": [str], "identity": {...}},
      "connector": {"spec", "role", "identity", "capabilities", "extra_config", "engine_env", "kv_cache_dtype",
-                   "model", "block_size", "engine_timings"} | null,
+                   "model", "other_model", "block_size", "engine_timings"} | null,
      "profile": str, "kv_cache_dtypes": [str] | null, "hypothesis_settings": {...},
      "environment": {"python": str, "platform": str, "cpu": str, "cpu_features": [str], "gpu": str,
                      "packages": {name: version}},

@@ -118,3 +118,25 @@ def test_product_secrets_are_masked_in_the_bundle_and_compared_alike(tmp_path, m
     for read in (product, load_product(shipped, golden)):
         problems = run_problems(golden.badges["connector-core"], {"connector": tested}, read)
         assert not [p for p in problems if p.startswith("tested connector")], problems
+
+
+def test_a_model_directory_is_certified_against_the_other_checkpoint_its_product_names(tmp_path):
+    """The model-isolation clauses the connector badges require need a second checkpoint; for a model
+    directory, PRODUCT.yaml's other_model gives it: the run is told, and a run without it is named."""
+    from conformance.certify.bundle import subject_args
+
+    path = tmp_path / "PRODUCT.yaml"
+    path.write_text(yaml.safe_dump({**PRODUCT, "model": "/models/base", "other_model": "/models/fine-tune"}))
+    golden = load_golden()
+    product = load_product(path, golden)
+    badge = golden.badges["connector-core"]
+    assert "--kv-other-model=/models/fine-tune" in subject_args(badge, product)
+    tested = {"spec": product["connector"]["name"], "capabilities": sorted(product["connector"]["capabilities"]),
+              "extra_config": redact(product["connector"]["extra_config"]), "role": product["connector"]["role"],
+              "model": "/models/base"}
+    problems = run_problems(badge, {"connector": tested}, product)
+    assert "tested connector other_model None, but PRODUCT.yaml says '/models/fine-tune'" in problems
+    problems = run_problems(badge, {"connector": {**tested, "other_model": "/models/fine-tune"}}, product)
+    assert not [p for p in problems if p.startswith("tested connector")], problems
+    without = {k: v for k, v in product.items() if k != "other_model"}
+    assert not any(a.startswith("--kv-other-model") for a in subject_args(badge, without))

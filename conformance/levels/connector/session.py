@@ -15,9 +15,10 @@ from conformance.levels.subject import ConnectorChoice, span_pad
 LMCACHE_CHUNK_SIZE = 64  # a multiple of every block size the level draws
 
 
-def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
-                 timeout_s: float) -> tuple[ConnectorHarness, Callable[[], None]]:
-    """The harness and what closes it; EraUnavailable when no shim covers the installed vLLM."""
+def open_harness(connector: ConnectorChoice, model: str, workdir: Path, timeout_s: float,
+                 other_model: Path | None = None) -> tuple[ConnectorHarness, Callable[[], None]]:
+    """The harness and what closes it; EraUnavailable when no shim covers the installed vLLM.
+    ``other_model``: the other checkpoint the user gave (``--kv-other-model``)."""
     from conformance.levels.connector import scenarios
     from conformance.levels.engine.models import materialise
 
@@ -49,8 +50,17 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path,
     era = _with_required_layout(era, connector, model_dir, workdir, extra)
     probe_fallbacks(era, connector, model_dir, workdir, extra)
     return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra,
-                            lose_remote=lose, retrained=None if Path(model).is_dir()
-                            else functools.partial(materialise, model, retrained=1)), close
+                            lose_remote=lose, retrained=_other_checkpoint(model, other_model)), close
+
+
+def _other_checkpoint(model: str, given: Path | None) -> Callable[[], Path] | None:
+    """Another checkpoint of ``model`` for api_model_isolation: the one the user gave, else, for a model
+    the suite ships, its recipe with weights drawn from another seed; None for a directory without one."""
+    from conformance.levels.engine.models import materialise
+
+    if given is not None:
+        return lambda: given
+    return None if Path(model).is_dir() else functools.partial(materialise, model, retrained=1)
 
 
 class _RequiredLayout:

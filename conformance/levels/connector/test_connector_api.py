@@ -34,6 +34,7 @@ from conformance.levels.connector.scenarios import (
     seeded_fill,
     unique_prompts,
 )
+from conformance.levels.engine.models import NO_OTHER_MODEL
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_examples, observe, running
 from conformance.verdict.profiles import costly_example_settings
@@ -459,8 +460,7 @@ def test_model_isolation(connector_api):
     # its base) over the same storage, then by the model's engine again.
     cid = "api_model_isolation"
     if connector_api.retrained is None:
-        not_runnable("the model is a directory (--kv-model PATH): the suite makes another "
-                     "checkpoint only of its own model recipes")
+        not_runnable(NO_OTHER_MODEL)
     other = connector_api.retrained()
     ps = unique_prompts(connector_api.vocab_size, 4 * 16 + 5, seed=80)
     storage, layout = f"models-{uuid.uuid4().hex[:12]}", connector_api.era.layouts()[0]

@@ -29,7 +29,7 @@ from conformance.levels.engine import separate
 from conformance.levels.engine.baselines import BaselineStore
 from conformance.levels.engine.compare import Reference, Tolerance, comparison_tolerance, request_outcome
 from conformance.levels.engine.launch import EngineHost, EngineRun, run_engine, serving_engine
-from conformance.levels.engine.models import IMAGE_MODEL, load_recipe, materialise_in
+from conformance.levels.engine.models import IMAGE_MODEL, NO_OTHER_MODEL, load_recipe, materialise_in
 from conformance.levels.engine.prompts import (
     DEFAULT_MODEL_LEN,
     OUTPUT_ROOM,
@@ -126,11 +126,12 @@ class EngineCell:
     def __init__(self, *, connector: ConnectorChoice, model: Path, kv_cache_dtype: str, block_size: int,
                  workdir: Path, timeout_s: float, python: str, baselines: BaselineStore | None = None,
                  hosted: bool = True, lanes: int = 1, clauses: Collection[str] = (), tensor_parallel: int = 1,
-                 recipe: str | None = None) -> None:
+                 recipe: str | None = None, other_model: Path | None = None) -> None:
         self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
         # The recipe ``model`` was made from (None: the user's directory), and the other models the
         # cell's roles serve, made on first ask by whichever lane asks first (``_made``).
         self.recipe = recipe
+        self.other_model = other_model  # the other checkpoint the user gave (--kv-other-model)
         self._models: dict[tuple[str, int], Path] = {}
         self._models_lock = threading.Lock()
         self.tensor_parallel = tensor_parallel
@@ -353,10 +354,12 @@ class EngineCell:
 
     @property
     def retrained_model(self) -> Path:
-        """Another checkpoint of the cell's model (engine_model_isolation)."""
+        """Another checkpoint of the cell's model (engine_model_isolation): the one the user gave, else
+        the recipe's weights drawn from another seed."""
+        if self.other_model is not None:
+            return self.other_model
         if self.recipe is None:
-            raise NotRunnable("the model is a directory (--kv-model PATH): the suite makes another checkpoint "
-                              "only of its own model recipes")
+            raise NotRunnable(NO_OTHER_MODEL)
         made = self._made(self.recipe, retrained=1)
         if isinstance(made, str):
             raise HarnessError(f"the suite could not make another checkpoint of {self.recipe}: {made}")

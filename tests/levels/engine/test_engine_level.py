@@ -283,6 +283,25 @@ def test_an_engine_of_another_checkpoint_is_never_served_the_first_models_kv(run
         assert "another checkpoint of the model" in test["message"] and "first model's KV" in test["message"], test
 
 
+def test_a_model_directory_is_judged_against_the_other_checkpoint_the_user_gives(run_suite):
+    """A user's model is a directory the suite cannot retrain: given a second checkpoint of it
+    (--kv-other-model), both model-isolation clauses judge it, at both levels; without one they are
+    Not runnable, saying what to give."""
+    from conformance.levels.engine.models import NO_OTHER_MODEL, materialise
+
+    base, tuned = materialise("qwen3-tiny"), materialise("qwen3-tiny", retrained=1)
+    given = engine_suite(run_suite, "conformance.zoo.connectors.model_blind:ModelBlindConnector", "auto",
+                         f"--kv-model={base}", f"--kv-other-model={tuned}", "--kv-levels=connector,engine",
+                         "-k", "model_isolation")
+    statuses = given.statuses()
+    assert statuses == {"api_model_isolation": "Fail", "engine_model_isolation": "Fail"}, given.output[-3000:]
+    assert given.results["connector"]["other_model"] == str(tuned)
+    alone = engine_suite(run_suite, "conformance.zoo.connectors.model_blind:ModelBlindConnector", "auto",
+                         f"--kv-model={base}", "--kv-levels=connector,engine", "-k", "model_isolation")
+    assert {t["clause"]: (t["status"], NO_OTHER_MODEL in t["message"]) for t in alone.results["tests"]} == {
+        "api_model_isolation": ("Not runnable", True), "engine_model_isolation": ("Not runnable", True)}, alone.output
+
+
 @pytest.mark.parametrize("capabilities, verdicts", [
     ("persistent,min-span=256", {"engine_store_then_load": "Pass", "engine_cache_salt": "Fail"}),
     ("persistent", {"engine_store_then_load": "Fail", "engine_cache_salt": "Not exercised"}),
