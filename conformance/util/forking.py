@@ -243,18 +243,26 @@ class ForkServer:
             self.proc.wait()
         self._lost()
 
-    def _pid(self, request_id: int) -> int | str:
-        """The pid of the child forked for ``request_id``, or why there is none."""
+    def _answer(self, child: Child) -> tuple[int | None, int | None, str | None]:
+        """The server's answer for ``child``, waited for within ``reply_s``: (its pid, its return code
+        if it ended already, None) with a running child registered for its end, or (None, 1, why not)."""
         with self.changed:
-            answered = self.changed.wait_for(lambda: request_id in self._started or self.failed or self._ended,
-                                             self.reply_s)
-            if request_id in self._started:
-                return self._started.pop(request_id)
-            if not answered:
-                self.failed = f"the {self.what} did not answer within {self.reply_s:g}s"
-            elif not self.failed:
-                self.failed = f"the {self.what} exited:\n{procs.log_tail(self.log_path, 2000)}"
-            return self.failed
+            answered = self.changed.wait_for(
+                lambda: child.request_id in self._started or self.failed or self._ended, self.reply_s)
+            pid = self._started.pop(child.request_id, None)
+            if pid is None:
+                if not answered:
+                    self.failed = f"the {self.what} did not answer within {self.reply_s:g}s"
+                elif not self.failed:
+                    self.failed = f"the {self.what} exited:\n{procs.log_tail(self.log_path, 2000)}"
+                return None, 1, self.failed
+            if pid in self._early:  # reaped before anyone asked for its pid
+                return pid, self._early.pop(pid), None
+            if self._ended:  # its server is gone: so is it
+                procs.kill_pgid(pid)
+                return pid, -signal.SIGKILL, None
+            self._children[pid] = child
+            return pid, None, None
 
     def _read(self, stream: IO[bytes]) -> None:
         for line in stream:
@@ -298,7 +306,7 @@ class Child:
     spawned one. One the server could not fork is a process that ended at once, ``error`` saying why."""
 
     def __init__(self, server: ForkServer, request_id: int) -> None:
-        self._server, self._request_id = server, request_id
+        self._server, self.request_id = server, request_id
         self._pid: int | None = None
         self._resolving = threading.Lock()  # its answer is read once, whichever thread asks first
         self.error: str | None = None
@@ -311,20 +319,11 @@ class Child:
 
     @property
     def pid(self) -> int | None:
-        with self._resolving:
+        # The server's lock held until the answer is stored: its reader may report this child's end
+        # as soon as it is registered.
+        with self._resolving, self._server.changed:
             if not self.known:
-                answer = self._server._pid(self._request_id)
-                with self._server.changed:
-                    if isinstance(answer, str):
-                        self.error, self.returncode = answer, 1
-                    else:
-                        self._pid = answer
-                        self.returncode = self._server._early.pop(answer, None)
-                        if self.returncode is None and self._server._ended:  # gone with its server
-                            procs.kill_pgid(answer)
-                            self.returncode = -signal.SIGKILL
-                        elif self.returncode is None:
-                            self._server._children[answer] = self
+                self._pid, self.returncode, self.error = self._server._answer(self)
         return self._pid
 
     def poll(self) -> int | None:
