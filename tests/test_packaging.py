@@ -34,10 +34,18 @@ PACKAGE_DATA = (*FIXTURES, "conformance/certify/required-tests.yaml", "conforman
                 "conformance/py.typed")
 
 
-def _run(cmd: list[str], cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=CLEAN_ENV)
-    assert proc.returncode in (0, 1), f"{' '.join(cmd)} exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}"
-    return proc
+def _pip(python: Path, *args: str) -> None:
+    """pip, which must succeed; tried twice, since a package index can fail for a moment, and its
+    output kept in the failure (a CI run once read an install's exit 1 as done, and every test
+    after it failed on a venv without the wheel)."""
+    cmd = [str(python), "-m", "pip", *args]
+    outs = []
+    for _ in range(2):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, env=CLEAN_ENV)
+        if proc.returncode == 0:
+            return
+        outs.append(f"exit {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    pytest.fail(f"{' '.join(cmd)}\n" + "\n--- tried again:\n".join(outs))
 
 
 @pytest.fixture(scope="module")
@@ -58,15 +66,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert set(PACKAGE_DATA) <= names, f"missing from {wheel.name}: {sorted(set(PACKAGE_DATA) - names)}"
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    python = venv / "bin" / "python"
+    install = ["install", "--disable-pip-version-check", "-q", "-c", str(REPO / "constraints" / "cpu.txt")]
     matrix = load(REPO / "matrix.yaml")
     assert matrix.default_stack is not None
-    stack = matrix.stacks[matrix.default_stack].install[PLATFORM]
-    constraints = ["-c", str(REPO / "constraints" / "cpu.txt")]
-    _run([*pip, *constraints, TORCH], root)
-    _run([*pip, *constraints, str(wheel), *stack], root)
-    _run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-q", "--yes", *NOT_BESIDE_VLLM], root)
-    return venv / "bin" / "python"
+    _pip(python, *install, TORCH)
+    _pip(python, *install, str(wheel), *matrix.stacks[matrix.default_stack].install[PLATFORM])
+    _pip(python, "uninstall", "-q", "--yes", *NOT_BESIDE_VLLM)
+    assert (venv / "bin" / "kvconform").is_file(), "the wheel's console script is missing from the venv"
+    return python
 
 
 def _suite(python: Path, cwd: Path, *args: str) -> dict[str, str]:
