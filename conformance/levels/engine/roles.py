@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from conformance.levels.engine import separate
 
-REUSE_ROLES = ("reuse_store", "reuse_load")  # KV saved while vLLM reused its blocks at once, then loaded
+REUSE = "reuse"  # KV saved while vLLM reused its blocks at once, then loaded
 AFTER_LOSS = ("after_loss", "after_loss_recompute")  # roles that run over storage the suite damaged
 SAME_ENGINE = "same_engine"  # stores, resets its own prefix cache, loads again: no second engine
 LORA = "lora"  # the same with LoRA enabled: stores for the base model, then asks under an adapter
@@ -21,21 +21,20 @@ IMAGES = "images"  # the same serving a vision-language model (models.IMAGE_MODE
 STORED = ["boundaries", "concurrent"]  # what an engine stores (the first phase); a P/D producer prefills
 # Conversations after one system prompt, stored and asked for by an engine pair of their own: a
 # connector that mishandles vLLM's own hits (which may kill the engine) fails engine_shared_prefix alone.
-PREFIX_ROLES = ("prefix_store", "prefix_load")
+PREFIX = "prefix"
 # A bounded cache (capacity=BYTES) filled PRESSURE_FACTOR times over by one engine, every prompt then
 # asked for by a fresh one, newest first (``pressure_batches``). Whether a cache degrades to empty, not
 # to a miss, is the connector level's to judge (api_cache_pressure): a cache that evicts in the
 # background (LMCache's eviction controller, above a watermark) drops stores made while it is full,
 # and an engine asking again at once cannot tell that from degrading.
-PRESSURE_ROLES = ("pressure_store", "pressure_load")
-PD_ROLES = ("producer", "consumer")  # a P/D pair: the consumer runs while the producer serves
+PRESSURE = "pressure"
 # Tensor parallelism (--kv-tensor-parallel N): the store and load engines again, and vLLM's own
 # output, each engine with N ranks in worker processes, every rank its share of the KV heads.
-TP_ROLES = ("tp_store", "tp_load")
+TP = "tp"
 TP_BASELINE = "tp_baseline"
 # Another block size (twice the cell's): an engine stores at the cell's, a fresh one asks at the other, and
 # vLLM's own output at the other is the reference.
-BLOCK_ROLES = ("bs_store", "bs_load")
+BLOCK_SIZE = "block-size"
 BLOCK_BASELINE = "bs_baseline"
 # Another checkpoint of the model (same architecture and KV geometry, other weights, another directory:
 # a fine-tune served beside its base): a fresh engine of it asks, one by one, for prompts only the store
@@ -69,6 +68,14 @@ class Role:
     kv_role: str | None = None  # KVTransferConfig's kv_role (a P/D pair's); None: kv_both
 
 
+def _pair(world: str, store: str, load: str, *, cold: bool = False, own_settings: bool = False,
+          references: bool = True) -> tuple[Role, Role]:
+    """A world's two engines: ``store`` fills its storage, then ``load``, a separately started
+    process, reads it (its references from ``store``'s batches unless ``references`` is False)."""
+    return (Role(store, world=world, cold=cold, own_settings=own_settings),
+            Role(load, world=world, second=True, needs=(store,), stored_by=store if references else None))
+
+
 _INTACT = ("store", "load", "twin_load", RETRAINED_LOAD)
 ROLES = {role.name: role for role in (
     Role("baseline", connector=False),
@@ -84,26 +91,30 @@ ROLES = {role.name: role for role in (
     # KV under the prompts' keys, which the load engine would then be served.
     Role(RETRAINED_LOAD, second=True, needs=("store", "load"), intact=True),
     *(Role(name, second=True, needs=_INTACT, damaged=True) for name in AFTER_LOSS),
-    Role("reuse_store", world="reuse", cold=True, own_settings=True),
-    Role("reuse_load", world="reuse", second=True, needs=("reuse_store",)),
-    Role("prefix_store", world="prefix"),
-    Role("prefix_load", world="prefix", second=True, needs=("prefix_store",), stored_by="prefix_store"),
-    Role("pressure_store", world="pressure"),
-    Role("pressure_load", world="pressure", second=True, needs=("pressure_store",), stored_by="pressure_store"),
+    *_pair(REUSE, "reuse_store", "reuse_load", cold=True, own_settings=True, references=False),
+    *_pair(PREFIX, "prefix_store", "prefix_load"),
+    *_pair(PRESSURE, "pressure_store", "pressure_load"),
+    # A P/D pair: the consumer runs while the producer serves.
     Role("producer", world="pd", kv_role="kv_producer"),
     Role("consumer", world="pd", second=True, kv_role="kv_consumer"),
     Role(TP_BASELINE, connector=False),
-    Role("tp_store", world="tp", cold=True),
-    Role("tp_load", world="tp", second=True, needs=("tp_store",), stored_by="tp_store"),
+    *_pair(TP, "tp_store", "tp_load", cold=True),
     Role(BLOCK_BASELINE, connector=False),
-    Role("bs_store", world="block-size", cold=True),
-    Role("bs_load", world="block-size", second=True, needs=("bs_store",), stored_by="bs_store"),
+    *_pair(BLOCK_SIZE, "bs_store", "bs_load", cold=True),
 )}
 COLD_ROLES = tuple(name for name, role in ROLES.items() if role.cold)
 SECOND_ENGINE = tuple(name for name, role in ROLES.items() if role.second)
 NO_CONNECTOR = tuple(name for name, role in ROLES.items() if not role.connector)  # vLLM alone
 OWN_SETTINGS = tuple(name for name, role in ROLES.items() if role.own_settings)
 STORED_BY = {name: role.stored_by for name, role in ROLES.items() if role.stored_by}
+
+
+def in_world(world: str) -> tuple[str, ...]:
+    """The roles of ``world``, in ``ROLES``'s order (a pair: its storing engine, then its loading one)."""
+    return tuple(name for name, role in ROLES.items() if role.world == world)
+
+
+REUSE_ROLES, PREFIX_ROLES, PRESSURE_ROLES = in_world(REUSE), in_world(PREFIX), in_world(PRESSURE)
 
 
 def world_of(role: str) -> str:
@@ -129,7 +140,7 @@ STORED_MARK = "#stored"  # the storing role's batches, renamed in a replay
 SECOND_LANE = {"engine_format_isolation": ("twin_baseline",), "engine_lora_isolation": (LORA,),
                "engine_prompt_embeds": (EMBEDS,), "engine_multimodal_isolation": (IMAGES,),
                "engine_block_reuse": REUSE_ROLES, "engine_shared_prefix": PREFIX_ROLES,
-               "engine_cache_pressure": PRESSURE_ROLES, "engine_block_size": (BLOCK_BASELINE, *BLOCK_ROLES)}
+               "engine_cache_pressure": PRESSURE_ROLES, "engine_block_size": (BLOCK_BASELINE, *in_world(BLOCK_SIZE))}
 
 
 def connected(role: str) -> bool:
