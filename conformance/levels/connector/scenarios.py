@@ -29,6 +29,7 @@ CPU_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5
 # kv_cache_dtype twins the CPU backend allocates: same width, another element format.
 TWINS = {dtype: twin for dtype, twin in SAME_WIDTH_TWINS.items() if {dtype, twin} <= set(CPU_KV_CACHE_DTYPES)}
 BLOCK_SIZES = (16, 32)
+MAX_PROMPT_BLOCKS = 5  # the longest prompt a drawn example asks for, in blocks of its block size
 SCENARIO_BLOCK = 16  # the scenarios' block size: the smallest the level draws, the most blocks per prompt
 UNIQUE_PREFIX = 2  # tokens that make every example's prompts its own
 # What every prompt is lengthened by for a connector that declares min-span=TOKENS (its span in whole

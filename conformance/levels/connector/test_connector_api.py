@@ -25,6 +25,7 @@ from conformance.levels.connector.pair import DRAIN_S
 from conformance.levels.connector.runs import ConnectorRaised, LayoutRefused, NotBuilt, Phase, Run
 from conformance.levels.connector.scenarios import (
     BLOCK_SIZES,
+    MAX_PROMPT_BLOCKS,
     TWINS,
     UNIQUE_PREFIX,
     axis_dtypes,
@@ -39,8 +40,6 @@ from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_examples, observe, running
 from conformance.verdict.profiles import costly_example_settings
 from conformance.verdict.status import not_runnable
-
-MAX_PROMPT_BLOCKS = 5
 
 
 def _costly(test):

@@ -24,6 +24,7 @@ from conformance.levels.connector.outcomes import connector_faults_fail, where
 from conformance.levels.connector.runs import LayoutRefused, Run
 from conformance.levels.connector.scenarios import (
     BLOCK_SIZES,
+    MAX_PROMPT_BLOCKS,
     TWINS,
     filler,
     kv_cache_dtypes,
@@ -35,7 +36,6 @@ from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_examples
 from conformance.verdict.profiles import costly_example_settings
 
-MAX_PROMPT_BLOCKS = 5
 REMOTE = ("remote-0", "remote-1")  # prefilled by the producer, handed to the consumer
 LOCAL = "local"  # the consumer's own request, handed no kv_transfer_params
 
