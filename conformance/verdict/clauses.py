@@ -104,7 +104,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            requires=_ACROSS),
     Clause("api_partial_prefix", _CONNECTOR,
            "a request sharing only the first k tokens of a stored prompt loads at most k tokens, and "
-           "exactly their bytes",
+           "exactly their bytes; asked at the stored prompt's block edges (one token more, one less, "
+           "diverging at and just past a block's end) as well as where the draws fall",
            requires=_ACROSS, needs_load=True),
     Clause("api_concurrent_loads", _CONNECTOR,
            "requests the scheduler admits in one step, saved together and loaded together, each "

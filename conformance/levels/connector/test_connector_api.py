@@ -11,6 +11,7 @@ shape at the top; the lifecycle, workload and P/D clauses have modules of their 
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 import pytest
@@ -26,6 +27,8 @@ from conformance.levels.connector.runs import ConnectorRaised, LayoutRefused, No
 from conformance.levels.connector.scenarios import (
     BLOCK_SIZES,
     MAX_PROMPT_BLOCKS,
+    SCENARIO_BLOCK,
+    SPAN,
     TWINS,
     UNIQUE_PREFIX,
     axis_dtypes,
@@ -35,6 +38,7 @@ from conformance.levels.connector.scenarios import (
     seeded_fill,
     unique_prompts,
 )
+from conformance.levels.connector.session import LMCACHE_CHUNK_SIZE
 from conformance.levels.engine.models import NO_OTHER_MODEL
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_examples, observe, running
@@ -320,10 +324,45 @@ def test_no_collateral_writes(connector_api, data):
                                    f"{_where(load, 'load run')}: " + "; ".join(foreign))
 
 
+# Prompts at a stored prompt's block edges: (shared tokens, asked-for tokens) against a stored
+# prompt of EDGE_BLOCKS whole blocks of SCENARIO_BLOCK, longer than two of the chunks a chunked
+# store keeps whole (the suite's LMCache server chunks by LMCACHE_CHUNK_SIZE), so each has KV to
+# load. The next turn of a chat extends a prompt by a few tokens; one token past a whole block is
+# where a lookup and a load that round a prompt's length to blocks differently part
+# (ExampleConnector looks up the prompt less its last token, but loads the whole prompt's blocks:
+# it claims a folder, then opens one never written).
+EDGE_BLOCKS = 2 * LMCACHE_CHUNK_SIZE // SCENARIO_BLOCK + 1
+_EDGE = EDGE_BLOCKS * SCENARIO_BLOCK
+EDGES = ((_EDGE, _EDGE + 1),  # the stored prompt and one token more
+         (_EDGE - SCENARIO_BLOCK + 3, _EDGE + 1),  # one token past its blocks, diverging in its last block
+         (_EDGE - SCENARIO_BLOCK, _EDGE),  # diverging at a block edge
+         (_EDGE - 1, _EDGE - 1))  # the stored prompt less its last token
+
+
 @clause("api_partial_prefix")
+def test_partial_prefix(connector_api):
+    cid = "api_partial_prefix"
+    for i, (shared, length) in enumerate(EDGES):
+        ps = unique_prompts(connector_api.vocab_size, _EDGE - UNIQUE_PREFIX, 2 * SCENARIO_BLOCK,
+                            seed=90 + i)
+        # The declared min span lengthens every prompt by whole blocks: the edges stay edges.
+        k = shared + SPAN[0]
+        asked = ps.diverging(k, length - shared)[: length + SPAN[0]]
+        context = (f"a {len(asked)}-token prompt sharing its first {k} tokens with a stored {len(ps.stored)}-token "
+                   f"one (blocks of {SCENARIO_BLOCK}): ")
+        with _connector_faults_fail(cid, context):
+            store, load = _store_and_load(connector_api, (seeded_fill(90 + i), seeded_fill(95 + i)),
+                                          block_size=SCENARIO_BLOCK, layout=connector_api.era.layouts()[0],
+                                          stored=ps.stored, load=asked, dtype="auto", neighbour=ps.neighbour,
+                                          control=True)
+        _only_the_shared_prefix(cid, store, load, k, len(ps.stored), context)
+    _partial_prefix_examples(connector_api)
+
+
+@functools.partial(count_examples, seed_name="api_partial_prefix")  # the draws it made before its edges
 @_costly
 @given(data=st.data())
-def test_partial_prefix(connector_api, data):
+def _partial_prefix_examples(connector_api, data):
     cid = "api_partial_prefix"
     block_size, dtype, layout, ps = _draw_case(data, connector_api, min_len=2)
     k = data.draw(st.integers(0, len(ps.stored) - 1), label="shared_tokens")
@@ -332,14 +371,21 @@ def test_partial_prefix(connector_api, data):
         store, load = _store_and_load(connector_api, _drawn_fills(data, dtype), block_size=block_size,
                                       layout=layout, stored=ps.stored, load=partial, dtype=dtype,
                                       neighbour=ps.neighbour, control=True)
+    _only_the_shared_prefix(cid, store, load, k, len(ps.stored))
+
+
+def _only_the_shared_prefix(cid: str, store: Run, load: Run, k: int, stored: int, context: str = "") -> None:
+    """Raise unless request "load", sharing the first ``k`` of the ``stored`` tokens of "stored",
+    loaded at most those, byte for byte as saved."""
     n = load.external_tokens.get("load", 0)
-    what = f"{k} of {len(ps.stored)} tokens shared, {n} loaded"
+    what = f"{k} of {stored} tokens shared, {n} loaded"
     if n > k:
-        raise ClauseViolation(cid, f"loaded {n} tokens for a prompt that shares only its first {k} with the "
+        raise ClauseViolation(cid, f"{context}loaded {n} tokens for a prompt that shares only its first {k} with the "
                                    f"stored one: tokens {k}..{n - 1} are another prompt's KV {_where(load, what)}")
     problems = checks.loaded_differences(store, "stored", load, "load", n)
     if problems:
-        raise ClauseViolation(cid, f"the shared prefix loaded other bytes {_where(load, what)}: " + "; ".join(problems))
+        raise ClauseViolation(cid, f"{context}the shared prefix loaded other bytes {_where(load, what)}: "
+                                   + "; ".join(problems))
 
 
 @clause("api_concurrent_loads")
