@@ -90,9 +90,10 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 @pytest.fixture(scope="session")
 def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The connector level's harness for the chosen connector and model (Not runnable when no
-    shim covers the installed vLLM)."""
+    shim covers the installed vLLM, or the suite cannot start the server it needs)."""
     from conformance.levels.connector.eras import EraUnavailable
     from conformance.levels.connector.session import open_harness
+    from conformance.servers.lmcache_server import UndrivableServer
     from conformance.verdict.status import not_runnable
 
     opt = request.config.getoption
@@ -100,7 +101,7 @@ def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     try:
         harness, close = open_harness(connector, opt(options.MODEL), tmp_path_factory.mktemp("connector-api"),
                                       timeout_s=opt(options.TIMEOUT), other_model=other_model(request.config))
-    except EraUnavailable as exc:
+    except (EraUnavailable, UndrivableServer) as exc:
         not_runnable(str(exc))
     except ValueError as exc:
         pytest.exit(f"kvconform: {exc}", returncode=4)

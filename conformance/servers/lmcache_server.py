@@ -45,6 +45,12 @@ def _lmcache_version(python: str) -> str:
     return probe.stdout.strip()
 
 
+class UndrivableServer(RuntimeError):
+    """An LMCache release whose server the suite cannot start: what needs it cannot be judged here
+    (Not runnable), which says nothing of the connector."""
+
+
+
 BIND_ATTEMPTS = 3
 SERVER_DIR = "{server}"  # in the user's server arguments: a directory of each start's own
 
@@ -150,7 +156,7 @@ class LMCacheServer:
         """One clear line for an LMCache whose server the suite cannot drive, instead of its crash."""
         version = _lmcache_version(self.python)
         if version_key(version) < MIN_SERVER_RELEASE:
-            raise RuntimeError(
+            raise UndrivableServer(
                 f"LMCache {version}'s multiprocess server takes another command line than the one the suite "
                 f"drives (LMCache >= {'.'.join(map(str, MIN_SERVER_RELEASE))}: --http-port, --l1-size-gb, "
                 "--supported-transfer-mode; 0.3.15 has --zmq-port and --cpu-buffer-size, and its "

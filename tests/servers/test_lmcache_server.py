@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.servers.lmcache_server import LMCacheServer
+from conformance.servers.lmcache_server import LMCacheServer, UndrivableServer
 
 
 def fake_python(tmp_path, version: str, rc: int = 0) -> str:
@@ -18,7 +18,7 @@ def fake_python(tmp_path, version: str, rc: int = 0) -> str:
 
 def test_lmcache_0_3_is_refused_with_the_reason_before_a_server_starts(tmp_path):
     server = LMCacheServer(tmp_path / "server.log", python=fake_python(tmp_path, "0.3.15"))
-    with pytest.raises(RuntimeError, match=r"LMCache 0\.3\.15's multiprocess server takes another command line"):
+    with pytest.raises(UndrivableServer, match=r"LMCache 0\.3\.15's multiprocess server takes another command line"):
         server.start()
     assert server.proc is None and not (tmp_path / "server.log").exists()
 

@@ -65,8 +65,10 @@ from conformance.levels.engine.specs import Batch, EngineSpec
 from conformance.levels.services import LMCacheService
 from conformance.levels.subject import ConnectorChoice, damage_files, side_channel_ports, span_pad, unreachable_storage
 from conformance.servers.lmcache_forks import ForkServer
+from conformance.servers.lmcache_server import UndrivableServer
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.guard import HarnessError
+from conformance.verdict.status import not_runnable
 
 EVIDENCE_LOG_BYTES = 64 << 10  # of each engine's log kept beside the results
 
@@ -225,6 +227,8 @@ class EngineCell:
             return {}
         try:
             return service.config()
+        except UndrivableServer as exc:
+            not_runnable(str(exc))
         except (RuntimeError, OSError) as exc:  # TimeoutError too: the suite's server, never the connector's verdict
             raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
 
