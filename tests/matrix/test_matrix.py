@@ -362,7 +362,7 @@ def test_connector_entries_yield_one_api_cell_per_model_and_engine_cells_per_dty
     # An expectation names clauses of several tiers; a cell takes only its own tier's.
     assert set(example_api.expected_failures) == {"api_format_isolation", "api_damaged_storage", "api_cache_salt",
                                                   "api_lora_isolation", "api_prompt_embeds", "api_chunked_prefill", "api_abort", "api_preemption",
-                                                  "api_load_errors_reported", "api_model_isolation"}
+                                                  "api_load_errors_reported", "api_model_isolation", "api_partial_prefix"}
 
 
 def test_bad_levels_is_one_clear_line(tmp_path):
