@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance.matrix import stacks
 from conformance.matrix.definition import load
 from conformance.matrix.stacks import NOT_BESIDE_VLLM, PLATFORM, TORCH
 from conformance.report.render import clause_statuses
@@ -74,9 +75,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True, env=CLEAN_ENV).stdout.strip()
-    (Path(site) / "kvconform-default-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (stacks._purelib(str(python), []) / stacks.BASE_PTH).write_text(sysconfig.get_paths()["purelib"] + "\n")
     install = ["install", "--disable-pip-version-check", "-q", "-c", str(REPO / "constraints" / "cpu.txt")]
     matrix = load(REPO / "matrix.yaml")
     assert matrix.default_stack is not None
