@@ -27,6 +27,14 @@ class Prefill(TypedDict):
     loaded_by: str
 
 
+class SuiteBuild(TypedDict):
+    """The kvconform that made a cell's result: its version and the hash of its files
+    (``util.identity.suite_digest``), so a matrix joined from several runs shows which code made each cell."""
+
+    version: str
+    digest: str
+
+
 class ReportCell(CellInfo, total=False):
     """A results file's cell, with its verdicts: per clause its status, message and expectation."""
 
@@ -43,6 +51,7 @@ class ReportCell(CellInfo, total=False):
     supplied: list[str]  # what the suite started in the user's place, in words
     loads: dict[str, str]  # clause -> what its recorded connector-level passes loaded
     evidence: dict[str, str]  # engine role -> its log, beside the results file
+    suite: SuiteBuild  # absent in cells published before it was recorded
 
 
 class MatrixReport(TypedDict, total=False):
@@ -54,3 +63,4 @@ class MatrixReport(TypedDict, total=False):
     versions: dict[str, Any]
     counts: dict[str, int]
     platforms: list[str]
+    suites: list[str]  # which kvconform builds made the cells, and how many each

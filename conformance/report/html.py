@@ -103,6 +103,7 @@ const statusCell = (s) => {
 const counts = Object.entries(data.counts || {}).map(([s, n]) => n + " " + s).join(", ");
 document.getElementById("counts").textContent = data.cells.length + " cells: " + counts +
   (data.platforms.length ? ". Run on: " + data.platforms.join("; ") : "") +
+  (data.suites.length > 1 ? ". Made by: " + data.suites.join("; ") : "") +
   ". Each grid cell has one mark per clause group, in this order: " + data.answers.groups.join(", ") + ".";
 const legend = document.getElementById("legend");
 for (const [glyph, what] of Object.entries(meanings)) {
@@ -311,6 +312,7 @@ def page_data(matrix: MatrixReport) -> dict[str, Any]:
               for level, title in LEVEL_TITLES.items()]
     return {"cells": cells, "clauses": matrix["clauses"], "answers": matrix["answers"], "counts": matrix["counts"],
             "platforms": matrix.get("platforms") or [],
+            "suites": matrix.get("suites") or [],
             "page": {"colours": COLOURS, "marks": MARKS, "meanings": MARK_MEANINGS, "levels": levels, "texts": texts,
                      "packages": package_sets}}
 

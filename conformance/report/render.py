@@ -77,6 +77,7 @@ def matrix_document(docs: list[ResultsDocument]) -> MatrixReport:
             "verdict": (worst(Status(s) for s in statuses.values()) or Status.SKIP).value,
             "packages": packages,
             "platform": platform_of(doc["environment"]),  # the machine it ran on: CPU, its features, GPU
+            "suite": {"version": doc["suite_version"], "digest": doc["suite_digest"]},
             "problems": [{"clause": t["clause"], "status": t["status"], "message": portable(t["message"] or "")}
                          for t in doc["tests"] if is_red(t["status"])],
             "messages": {clause: portable(t.get("message") or t.get("expected") or "")
@@ -130,7 +131,20 @@ def derive(matrix: MatrixReport) -> MatrixReport:
         counts[cell["verdict"]] = counts.get(cell["verdict"], 0) + 1
     return {**matrix, "clauses": [c for c in CLAUSES if c in present], "coordinates": coordinate_names(cells),
             "answers": answers(cells), "versions": version_grid(cells), "counts": counts,
-            "platforms": sorted({cell["platform"] for cell in cells if cell.get("platform")})}
+            "platforms": sorted({cell["platform"] for cell in cells if cell.get("platform")}),
+            "suites": suite_builds(cells)}
+
+
+def suite_builds(cells: list[ReportCell]) -> list[str]:
+    """Which kvconform builds made the cells, most cells first: a matrix joined from runs of other
+    code (``kvconform report --add``, a fleet's shards, several sessions) says so."""
+    made: dict[str, int] = {}
+    for cell in cells:
+        suite = cell.get("suite")
+        name = (f"kvconform {suite['version']} (files {suite['digest'][:12]})" if suite
+                else "a kvconform that did not record its build")
+        made[name] = made.get(name, 0) + 1
+    return [f"{name}: {n} cells" for name, n in sorted(made.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def prefill(timings: dict[str, Any]) -> Prefill | None:
@@ -201,6 +215,7 @@ def markdown(matrix: MatrixReport) -> str:
              f"{len(matrix['cells'])} cells: " + ", ".join(f"{n} {s}" for s, n in sorted(
                  counts.items(), key=lambda kv: -Status(kv[0]).severity)) + ".", "",
              *([f"Run on: {'; '.join(matrix['platforms'])}.", ""] if matrix.get("platforms") else []),
+             *([f"Made by: {'; '.join(matrix['suites'])}.", ""] if len(matrix.get("suites") or ()) > 1 else []),
              "Each grid cell has one mark per clause group, in this order: " + ", ".join(matrix["answers"]["groups"])
              + ". Marks: " + "; ".join(f"`{m}` {what}" for m, what in MARK_MEANINGS.items())
              + ". A number points at the note under its grid.", ""]

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from conformance import __version__
 from conformance.report import diff
 from conformance.report import render as report
 from conformance.verdict import results
@@ -459,6 +460,22 @@ def test_cells_run_elsewhere_join_a_published_matrix_json(stacked, tmp_path):
     empty = subprocess.run([*cli, "--add", str(tmp_path / "no-such-dir")], capture_output=True, text=True)
     assert empty.returncode == 2 and "holds no cell results to add" in empty.stderr
     assert json.loads(published.read_text())["cells"] == cells  # untouched
+
+
+def test_a_matrix_joined_from_other_code_says_which_build_made_how_many_cells(stacked, tmp_path):
+    """Each cell keeps the kvconform version and file hash that made its result; a matrix whose cells
+    came from several builds (joined runs, a fleet's shards, a cell published before builds were
+    recorded) names them with their counts, and one made by a single build says nothing extra."""
+    single = report.render(stacked, tmp_path / "one")
+    (build,) = single["suites"]
+    assert build.startswith(f"kvconform {__version__} (files ") and build.endswith(f": {len(single['cells'])} cells")
+    assert "Made by:" not in (tmp_path / "one" / "matrix.md").read_text()
+    published = json.loads((tmp_path / "one" / "matrix.json").read_text())
+    del published["cells"][0]["suite"]  # as in a matrix.json published before the field existed
+    joined = report.derive(published)
+    assert joined["suites"] == [build.replace(f": {len(single['cells'])} ", f": {len(single['cells']) - 1} "),
+                                "a kvconform that did not record its build: 1 cells"]
+    assert "Made by: kvconform" in report.markdown(joined)
 
 
 def test_the_first_screen_answers_per_connector(stacked, tmp_path, chromium):
