@@ -1,0 +1,53 @@
+"""The cells of a tier that a published matrix.json does not hold as made by this checkout's suite:
+what is left to run when a published report is regenerated over several sessions or machines.
+
+    python scripts/unpublished_cells.py [--tier full] [--matrix matrix.yaml] [MATRIX.json]
+
+prints one ``--cell NAME`` per line (nothing when the report is complete), so that
+
+    kvconform run --tier full --jobs 2 $(python scripts/unpublished_cells.py reports/full/matrix.json)
+    kvconform report reports/full/matrix.json --add results/full
+
+runs what is missing and joins it. A cell counts as published when its ``suite`` digest is this
+suite's (``util.identity.suite_digest``): one made by other code, or before builds were recorded, is
+listed again. A summary goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from conformance.matrix import definition  # noqa: E402
+from conformance.util.identity import suite_digest  # noqa: E402
+
+
+def unpublished(matrix_yaml: Path, tier: str, published: Path) -> list[str]:
+    """Names of ``tier``'s cells (excluded ones aside) whose published cell another build made."""
+    digest = suite_digest()
+    made_here = {c["id"] for c in json.loads(published.read_text())["cells"]
+                 if (c.get("suite") or {}).get("digest") == digest}
+    return [c.name for c in definition.load(matrix_yaml).cells(tier) if c.id not in made_here]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("published", type=Path, nargs="?", default=ROOT / "reports" / "full" / "matrix.json")
+    parser.add_argument("--tier", default="full")
+    parser.add_argument("--matrix", type=Path, default=ROOT / "matrix.yaml")
+    args = parser.parse_args(argv)
+    names = unpublished(args.matrix, args.tier, args.published)
+    total = len(definition.load(args.matrix).cells(args.tier))
+    print(f"{len(names)} of {total} cells of tier {args.tier!r} are not in {args.published} as made by this suite "
+          f"(files {suite_digest()[:12]})", file=sys.stderr)
+    print("\n".join(f"--cell {name}" for name in names))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
