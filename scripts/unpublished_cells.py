@@ -24,15 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conformance.matrix import definition  # noqa: E402
+from conformance.matrix.definition import Cell  # noqa: E402
 from conformance.util.identity import suite_digest  # noqa: E402
 
 
-def unpublished(matrix_yaml: Path, tier: str, published: Path) -> list[str]:
-    """Names of ``tier``'s cells (excluded ones aside) whose published cell another build made."""
+def unpublished(cells: list[Cell], published: Path) -> list[str]:
+    """Names of ``cells`` whose published cell another build made (or that it lacks)."""
     digest = suite_digest()
     made_here = {c["id"] for c in json.loads(published.read_text())["cells"]
                  if (c.get("suite") or {}).get("digest") == digest}
-    return [c.name for c in definition.load(matrix_yaml).cells(tier) if c.id not in made_here]
+    return [c.name for c in cells if c.id not in made_here]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tier", default="full")
     parser.add_argument("--matrix", type=Path, default=ROOT / "matrix.yaml")
     args = parser.parse_args(argv)
-    names = unpublished(args.matrix, args.tier, args.published)
-    total = len(definition.load(args.matrix).cells(args.tier))
-    print(f"{len(names)} of {total} cells of tier {args.tier!r} are not in {args.published} as made by this suite "
+    cells = definition.load(args.matrix).cells(args.tier)  # excluded cells aside
+    names = unpublished(cells, args.published)
+    print(f"{len(names)} of {len(cells)} cells of tier {args.tier!r} are not in {args.published} as made by this suite "
           f"(files {suite_digest()[:12]})", file=sys.stderr)
     print("\n".join(f"--cell {name}" for name in names))
     return 0

@@ -32,7 +32,7 @@ def test_only_cells_this_suite_made_count_as_published(tmp_path):
         {"id": cells[1].id, "suite": {**here, "digest": "0" * 64}},  # other code: run again
         {"id": cells[2].id},  # published before builds were recorded: run again
         {"id": "cell(gone)", "suite": here}]}))
-    assert script.unpublished(tmp_path / "matrix.yaml", "full", published) == [cells[1].name, cells[2].name]
+    assert script.unpublished(cells, published) == [cells[1].name, cells[2].name]
     run = subprocess.run([sys.executable, str(SCRIPT), "--matrix", str(tmp_path / "matrix.yaml"), str(published)],
                          capture_output=True, text=True, check=True)
     assert run.stdout.split() == ["--cell", cells[1].name, "--cell", cells[2].name]
