@@ -9,10 +9,11 @@ from conformance.verdict.clauses import CLAUSES
 from conformance.zoo import ZOO
 
 
-@pytest.mark.parametrize("profile", ["ci", "deep"])
 @pytest.mark.parametrize("store", ["memory", "file"])
-def test_reference_stores_pass(run_suite, store, profile):
-    run = run_suite(f"--kv-store={store}", f"--kv-profile={profile}")
+def test_reference_stores_pass(run_suite, store):
+    # Under ci, as CI's cells run; under deep (100 s each here) they are the full tier's memory and
+    # file cells, whose expectations are none.
+    run = run_suite(f"--kv-store={store}", "--kv-profile=ci")
     statuses = run.statuses()
     assert run.returncode == 0, run.output[-3000:]
     assert set(statuses) == {c.id for c in CLAUSES.values() if c.level == "store"}

@@ -13,4 +13,6 @@ from conformance.zoo.quantizing import quantized
 
 class LossyCodecConnector(ExampleConnector):
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+        if not any(request.is_store for request in self._get_connector_metadata().requests):
+            return  # a step that saves nothing: no copy of the whole cache to quantize (most steps decode)
         super().save_kv_layer(layer_name, quantized(kv_layer), attn_metadata, **kwargs)  # a copy: the cache keeps its bits

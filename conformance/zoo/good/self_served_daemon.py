@@ -51,14 +51,24 @@ def main(home: Path) -> None:
          "--chunk-size", str(CHUNK_SIZE), "--l1-size-gb", str(L1_GB), "--eviction-policy", "LRU",
          "--supported-transfer-mode", "auto", "--l2-adapter", json.dumps({"type": "fs", "base_path": str(tier)})],
         env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    while server.poll() is None and not _healthy(http_port):
-        time.sleep(0.2)
-    (home / "server.json.tmp").write_text(json.dumps({"pid": os.getpid(), "port": port, "http_port": http_port}))
-    os.replace(home / "server.json.tmp", home / "server.json")
-    _serve_while_used(home, server)
-    with open(home / "start.lock", "a") as start:  # no connector finds it while it stops
-        fcntl.flock(start, fcntl.LOCK_EX)
-        (home / "server.json").unlink(missing_ok=True)
+    try:
+        while server.poll() is None and not _healthy(http_port):
+            time.sleep(0.2)
+        (home / "server.json.tmp").write_text(json.dumps({"pid": os.getpid(), "port": port, "http_port": http_port}))
+        os.replace(home / "server.json.tmp", home / "server.json")
+        _serve_while_used(home, server)
+        with open(home / "start.lock", "a") as start:  # no connector finds it while it stops
+            fcntl.flock(start, fcntl.LOCK_EX)
+            (home / "server.json").unlink(missing_ok=True)
+            _stop(server)
+    finally:
+        # Whatever ended the daemon, its server ends with it: a directory removed under it (a test's
+        # temporary one) once left the server orphaned, 530 MiB each, for the rest of the session.
+        _stop(server)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    if server.poll() is None:
         server.terminate()
         try:
             server.wait(timeout=30)

@@ -443,11 +443,11 @@ def test_an_lmcache_subclass_with_its_own_server_is_judged_with_it(run_suite):
     one), declared own-server: the suite starts none and passes no lmcache.mp.* key, so what it stores
     lands in its own tier, which the damage clause then finds (LMCache's fs tier keeps raw bytes, no
     checksum: a flipped byte is served, as for vLLM's file tier above). The results say the suite
-    supplied nothing."""
+    supplied nothing. (Its round trips pass in engines: tests/levels/engine. Here each drawn example's
+    storage starts a server of its own: api_save_load_roundtrip took 5 min of CI.)"""
     run = api_suite(run_suite, GOOD + "self_served:SelfServedConnector", "--kv-connector-capabilities=own-server,persistent",
-                    f"--kv-connector-extra-config={json.dumps(SELF_SERVED)}", "-k", "save_load_roundtrip or damaged_storage",
-                    persistent=False)
-    assert run.statuses() == {"api_save_load_roundtrip": "Pass", "api_damaged_storage": "Fail"}, run.output[-3000:]
+                    f"--kv-connector-extra-config={json.dumps(SELF_SERVED)}", "-k", "damaged_storage", persistent=False)
+    assert run.statuses() == {"api_damaged_storage": "Fail"}, run.output[-3000:]
     assert run.results["connector"]["supplied"] == []
     for damaged in (t["message"] for t in run.results["tests"] if t["status"] == "Fail"):
         assert "files the connector stored" in damaged and "served damaged bytes as KV" in damaged, damaged
