@@ -179,7 +179,11 @@ def _run(args: argparse.Namespace) -> int:
     notice = runner.platform_notice(cells)
     if notice:
         print(notice)
-    runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks, jobs=args.jobs)
+    try:
+        runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks, jobs=args.jobs)
+    except runner.ResultsInUse as exc:
+        print(f"kvconform: {exc}", file=sys.stderr)
+        return 2
     # The report is the tier as matrix.yaml has it now: results of cells it no longer has are left out.
     current = {c.file_stem for c in [*tier_cells, *(c for c, _ in excluded)]}
     stale = sorted(p.stem for p in Path(results_dir).glob("*.json") if p.stem not in current)

@@ -70,9 +70,14 @@ class WarmHosts:
             hosts = [spares.pop(0) if spares else self._start(python, env) for _ in range(needed)]
             while len(spares) < sum(n for _, n in upcoming[:self._jobs]):
                 spares.append(self._start(python, env))
-        for side, host in zip(separate.SIDES, hosts):  # the host writes on: an open file follows its rename
-            host.log_path = host.log_path.rename(log_path if side == separate.FIRST
-                                                 else log_path.with_name(f"{log_path.stem}-{side}{log_path.suffix}"))
+        try:
+            for side, host in zip(separate.SIDES, hosts):  # the host writes on: an open file follows its rename
+                host.log_path = host.log_path.rename(
+                    log_path if side == separate.FIRST else log_path.with_name(f"{log_path.stem}-{side}{log_path.suffix}"))
+        except OSError:  # its log gone under it (the directory emptied): the cell starts its own, never the run's end
+            for host in hosts:
+                host.stop()
+            return []
         return hosts
 
     def close(self) -> None:

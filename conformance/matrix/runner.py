@@ -8,6 +8,8 @@ cells that code already did.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -17,7 +19,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from conformance import __version__
 from conformance.levels.engine import handover
@@ -264,13 +266,44 @@ def say_line(line: str) -> None:
         sys.stdout.flush()
 
 
+class ResultsInUse(RuntimeError):
+    """Another run is writing to the results directory: a second one there once removed the first's
+    warm hosts under it, and the first died."""
+
+
+@contextlib.contextmanager
+def only_run_in(results_dir: Path) -> Iterator[None]:
+    """Hold ``results_dir`` for this run (a lock on ``.lock`` in it, let go when the process ends), or
+    raise ResultsInUse naming the run that holds it."""
+    Path(results_dir).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(results_dir) / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            raise ResultsInUse(f"another kvconform run ({holder}) is writing to {results_dir}: wait for it to end, "
+                               "or give this one a directory of its own (--results DIR)") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
 def run_cells(cells: list[Cell], results_dir: Path, *, rerun: bool = False, stacks: Provisioner | None = None,
               jobs: int = 1, say: Callable[[str], None] = say_line) -> list[ResultsDocument]:
     """Run ``cells``, ``jobs`` at a time, skipping those already done; report progress as it goes.
+    Raises ResultsInUse while another run writes to ``results_dir``.
 
     Results come back in ``cells`` order whatever the order they finish in.
     """
-    Path(results_dir).mkdir(parents=True, exist_ok=True)
+    with only_run_in(results_dir):
+        return _run_cells(cells, results_dir, rerun, stacks, jobs, say)
+
+
+def _run_cells(cells: list[Cell], results_dir: Path, rerun: bool, stacks: Provisioner | None, jobs: int,
+               say: Callable[[str], None]) -> list[ResultsDocument]:
     if rerun:  # a rerun re-earns everything, the shared engine baselines included
         shutil.rmtree(baselines_dir(results_dir), ignore_errors=True)
     started, stacks = time.monotonic(), stacks or default_provisioner()

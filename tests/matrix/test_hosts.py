@@ -85,3 +85,14 @@ def test_with_two_jobs_two_spares_wait(started, tmp_path):
     for c in cells[1:]:
         pool.take(c, "/p", {}, tmp_path / f"{c.name}.log")
     assert len(started) == 4  # one per cell in all
+
+
+def test_a_spare_whose_log_was_removed_under_it_is_stopped_and_its_cell_starts_its_own(started, tmp_path):
+    # Once, the results directory was emptied under a run (a second run there): the hand-over raised
+    # FileNotFoundError and the run died, its cells in flight lost.
+    cells = [_cell("a"), _cell("b")]
+    pool = warm.WarmHosts(cells, tmp_path / ".hosts")
+    pool.take(cells[0], "/p", {}, tmp_path / "a.host.log")
+    (tmp_path / ".hosts" / started[1].log_path.name).unlink()  # b's spare
+    assert pool.take(cells[1], "/p", {}, tmp_path / "b.host.log") == []
+    assert started[1].stopped

@@ -106,6 +106,22 @@ def test_unknown_tier(tmp_path):
         matrix.load(write(tmp_path, GOOD)).cells("nightly")
 
 
+def test_a_second_run_into_the_same_results_is_refused_in_one_line_and_leaves_the_first_alone(tmp_path):
+    # Once, a second run there removed the first's warm hosts and the first died with a traceback.
+    results = tmp_path / "results"
+    with runner.only_run_in(results):
+        held = (results / ".lock").read_text()
+        proc = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--matrix", str(write(tmp_path, GOOD)),
+                               "--results", str(results)], capture_output=True, text=True, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stdout + proc.stderr
+        assert f"another kvconform run ({held}) is writing to {results}" in proc.stderr and "--results DIR" in proc.stderr
+        assert not list(results.glob("*.json"))
+    assert held.startswith(f"pid {os.getpid()}, since ")
+    with runner.only_run_in(results):  # let go at the end of the run that held it
+        pass
+
+
 @pytest.mark.parametrize("factory, says, timeout", [
     ("tests.stores_for_tests:crashing_factory", "without writing results", 300),
     ("tests.stores_for_tests:sleeping_factory", "exceeded its 20s deadline", 20),
