@@ -3,8 +3,8 @@
 The answer first: a tab per connector (and store), each a grid of model x kv_cache_dtype rows
 against the stacks it ran on, one coloured mark per clause group in each grid cell, with its
 text glyph beside the colour (it reads in greyscale and to screen readers) and a note number for
-every mark that is not a Pass. Under it: the subject's summary, its notes, and its prefill times
-(loaded against recomputed). Then the detail tables, one per level with only that level's
+every mark that is not a Pass. Under it: the notes those numbers point at, the subject's summary,
+and its prefill times (loaded against recomputed). Then the detail tables, one per level with only that level's
 clauses, filtered by several terms at once. A cell opens in a dialog (in view wherever the reader
 is) with every clause's message and the command that reproduces it. The state lives in the URL
 (``#subject=NAME&q=TERMS&cell=ID``), so a view can be linked from a PR. The data is one JSON block
@@ -179,15 +179,17 @@ function showSubject(i) {
     table.appendChild(tr);
   });
   out.appendChild(table);
-  const summary = el("ul", {class: "summary"});
-  subject.summary.forEach(line => summary.appendChild(el("li", {}, line)));
-  out.appendChild(summary);
+  // The notes first: the grid's numbers point at them (a long history's summary once pushed them off
+  // the first screen); the summary says the grid again in words.
   if (subject.notes.length) {
     const notes = el("ol", {class: "notes"});
     subject.notes.forEach(n => notes.appendChild(el("li", {value: String(n.n)},
       n.status + " (" + n.clauses.join(", ") + "): " + (n.text || "(no message)"))));
     out.appendChild(notes);
   }
+  const summary = el("ul", {class: "summary"});
+  subject.summary.forEach(line => summary.appendChild(el("li", {}, line)));
+  out.appendChild(summary);
   if (subject.prefill.length) {
     out.appendChild(el("p", {}, "Prefill of the stored prompts loaded, against recomputing them (the boundary batch; > 1 is a speedup):"));
     const t = el("table", {class: "prefill"}), top = Math.max(...subject.prefill.map(p => p.speedup), 1);
