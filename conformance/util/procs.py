@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import select
 import signal
 import socket
@@ -104,6 +105,19 @@ def log_tail(path: Path, chars: int) -> str:
         return path.read_text(errors="replace")[-chars:]
     except OSError:
         return "(unreadable)"
+
+
+_RAISED = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b:?")
+
+
+def raised(stderr: str, limit: int = 400) -> str:
+    """The exception that ended a Python process, from its stderr, on one line: from its traceback's
+    last line naming one to the end (transformers words an ImportError over lines, the last of which,
+    "you may need to restart your runtime", names no missing package), else the last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    first = next((i for i in range(len(lines) - 1, -1, -1) if _RAISED.match(lines[i])), len(lines) - 1)
+    text = " ".join(lines[first:]) if lines else ""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def free_port() -> int:

@@ -72,14 +72,16 @@ def materialise(name: str, *, retrained: int = 0) -> Path:
 
 def materialise_in(python: str, name: str, *, retrained: int = 0) -> Path | str:
     """``materialise`` run by ``python`` (the engine's: its transformers writes what its vLLM reads):
-    the model directory, or the last line of the error that stopped it."""
+    the model directory, or the error that stopped it."""
     import subprocess
+
+    from conformance.util.procs import raised
 
     code = ("import sys; from conformance.levels.engine.models import materialise; "
             "print(materialise(sys.argv[1], retrained=int(sys.argv[2])))")
     proc = subprocess.run([python, "-c", code, name, str(retrained)], capture_output=True, text=True)
     if proc.returncode != 0:
-        return proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit status {proc.returncode}"
+        return raised(proc.stderr) or f"exit status {proc.returncode}"
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
