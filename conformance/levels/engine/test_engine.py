@@ -290,7 +290,7 @@ def test_engine_lora_isolation(cell):
         if hits > 0:
             raise ClauseViolation(cid, (
                 f"the engine served {hits:g} external prefix-cache hit tokens to {len(cell.batches[batch]['prompts'])} "
-                f"{who} (the adapter is rank 8 on every layer's k_proj and v_proj, so their K and V differ) for "
+                f"{who} (the adapter is rank 8 on every layer's KV projections, so their K and V differ) for "
                 f"prompts {stored}: they were served {served}. {cell.connector.label} must key stored KV by the "
                 "request's LoRA adapter too, its name and its path"))
 
