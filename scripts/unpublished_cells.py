@@ -1,7 +1,7 @@
 """The cells of a tier that a published matrix.json does not hold as made by this checkout's suite:
 what is left to run when a published report is regenerated over several sessions or machines.
 
-    python scripts/unpublished_cells.py [--tier full] [--matrix matrix.yaml] [MATRIX.json]
+    python scripts/unpublished_cells.py [--tier full] [--matrix matrix.yaml] [--any-build] [MATRIX.json]
 
 prints one ``--cell NAME`` per line (nothing when the report is complete), so that
 
@@ -10,7 +10,8 @@ prints one ``--cell NAME`` per line (nothing when the report is complete), so th
 
 runs what is missing and joins it. A cell counts as published when its ``suite`` digest is this
 suite's (``util.identity.suite_digest``): one made by other code, or before builds were recorded, is
-listed again. A summary goes to stderr.
+listed again. With ``--any-build`` a cell counts whoever made it: what finishes a report left half
+made by an earlier build (the report then says it was made by two builds). A summary goes to stderr.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from conformance.matrix.definition import Cell  # noqa: E402
 from conformance.util.identity import suite_digest  # noqa: E402
 
 
-def unpublished(cells: list[Cell], published: Path) -> list[str]:
-    """Names of ``cells`` whose published cell another build made (or that it lacks)."""
+def unpublished(cells: list[Cell], published: Path, any_build: bool = False) -> list[str]:
+    """Names of ``cells`` that ``published`` lacks, or (unless ``any_build``) holds as another build's."""
     digest = suite_digest()
-    made_here = {c["id"] for c in json.loads(published.read_text())["cells"]
-                 if (c.get("suite") or {}).get("digest") == digest}
-    return [c.name for c in cells if c.id not in made_here]
+    held = {c["id"] for c in json.loads(published.read_text())["cells"]
+            if any_build or (c.get("suite") or {}).get("digest") == digest}
+    return [c.name for c in cells if c.id not in held]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,11 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("published", type=Path, nargs="?", default=ROOT / "reports" / "full" / "matrix.json")
     parser.add_argument("--tier", default="full")
     parser.add_argument("--matrix", type=Path, default=ROOT / "matrix.yaml")
+    parser.add_argument("--any-build", action="store_true", help="a published cell counts whatever build made it")
     args = parser.parse_args(argv)
     cells = definition.load(args.matrix).cells(args.tier)  # excluded cells aside
-    names = unpublished(cells, args.published)
-    print(f"{len(names)} of {len(cells)} cells of tier {args.tier!r} are not in {args.published} as made by this suite "
-          f"(files {suite_digest()[:12]})", file=sys.stderr)
+    names = unpublished(cells, args.published, args.any_build)
+    made_by = "by any build" if args.any_build else f"as made by this suite (files {suite_digest()[:12]})"
+    print(f"{len(names)} of {len(cells)} cells of tier {args.tier!r} are not in {args.published} {made_by}",
+          file=sys.stderr)
     print("\n".join(f"--cell {name}" for name in names))
     return 0
 

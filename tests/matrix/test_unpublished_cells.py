@@ -33,7 +33,19 @@ def test_only_cells_this_suite_made_count_as_published(tmp_path):
         {"id": cells[2].id},  # published before builds were recorded: run again
         {"id": "cell(gone)", "suite": here}]}))
     assert script.unpublished(cells, published) == [cells[1].name, cells[2].name]
+    assert script.unpublished(cells, published, any_build=True) == []  # finishing another build's half
     run = subprocess.run([sys.executable, str(SCRIPT), "--matrix", str(tmp_path / "matrix.yaml"), str(published)],
                          capture_output=True, text=True, check=True)
     assert run.stdout.split() == ["--cell", cells[1].name, "--cell", cells[2].name]
     assert "2 of 3 cells of tier 'full'" in run.stderr
+
+
+def test_any_build_lists_only_the_cells_a_report_lacks(tmp_path):
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    cells = definition.load(tmp_path / "matrix.yaml").cells("full")
+    published = tmp_path / "matrix.json"
+    published.write_text(json.dumps({"cells": [{"id": cells[0].id, "suite": {"digest": "0" * 64}}]}))
+    run = subprocess.run([sys.executable, str(SCRIPT), "--any-build", "--matrix", str(tmp_path / "matrix.yaml"),
+                          str(published)], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["--cell", cells[1].name, "--cell", cells[2].name]
+    assert "2 of 3 cells of tier 'full' are not in" in run.stderr and "by any build" in run.stderr
