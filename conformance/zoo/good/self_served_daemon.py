@@ -68,6 +68,8 @@ def main(home: Path) -> None:
 
 
 def _stop(server: subprocess.Popen) -> None:
+    """Not ``procs.stop``, which signals a process group: the server stays in the daemon's, so that
+    whatever kills that group (a test's timeout, the runner's) ends the server too."""
     if server.poll() is None:
         server.terminate()
         try:
