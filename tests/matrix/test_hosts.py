@@ -1,6 +1,6 @@
 """The engine hosts a matrix run keeps warm (conformance/matrix/hosts.py): each engine cell takes one
-(two where its load engines run in an interpreter of their own), spares are started only for cells
-of their stack still to come, and none outlives the run. The hosts
+(two where its load engines run in an interpreter of their own), spares wait only for the next cells
+to come, and none outlives the run. The hosts
 are stand-ins that record what was done to them; tests/levels/engine/test_host.py hands real ones over."""
 
 from __future__ import annotations
@@ -55,9 +55,35 @@ def test_a_spare_is_kept_per_stack_python_and_stopped_when_no_cell_took_it(start
     (first,) = pool.take(cells[0], "/v32/bin/python", {}, tmp_path / "a.host.log")
     (other,) = pool.take(cells[1], "/v31/bin/python", {}, tmp_path / "x.host.log")
     assert first.python == "/v32/bin/python" and other.python == "/v31/bin/python"
-    assert [h.python for h in started] == ["/v32/bin/python", "/v32/bin/python", "/v31/bin/python"]
+    # b's spare is started once b is the next cell (while x runs), in the interpreter a's cell used.
+    assert [h.python for h in started] == ["/v32/bin/python", "/v31/bin/python", "/v32/bin/python"]
     pool.close()  # b never ran (its stack failed to install, say): its spare is stopped
-    assert [h.stopped for h in started] == [False, True, False]
+    assert [h.stopped for h in started] == [False, False, True]
+
+
+def test_no_spare_waits_for_a_cell_other_stacks_cells_come_before(started, tmp_path):
+    # The full tier, stack after stack: each stack's ExampleConnector cells, then (an hour later) its
+    # LMCacheMPConnector ones. Spares held for those once filled the machine's memory.
+    cells = [_cell("e27", stack="vllm-0.27.1"), _cell("e26", stack="vllm-0.26.0"), _cell("e25", stack="vllm-0.25.1"),
+             _cell("m27", stack="vllm-0.27.1")]
+    python = {c.name: f"/{c.stack.name}/bin/python" for c in cells}
+    pool = warm.WarmHosts(cells, tmp_path / ".hosts")
+
+    for done, cell in enumerate(cells[:3], 1):
+        pool.take(cell, python[cell.name], {}, tmp_path / f"{cell.name}.host.log")
+        live_spares = sum(not h.stopped for h in started) - done
+        assert live_spares == (1 if cell.name == "e25" else 0), cell.name  # m27's, once it is next
+    (host,) = pool.take(cells[3], python["m27"], {}, tmp_path / "m27.host.log")
+    assert host is started[-1] and host.python == "/vllm-0.27.1/bin/python" and len(started) == 4
+
+
+def test_a_spare_the_next_cells_no_longer_take_is_stopped_at_once(started, tmp_path):
+    cells = [_cell("a"), _cell("b"), _cell("x", stack="vllm-0.31.0")]
+    pool = warm.WarmHosts(cells, tmp_path / ".hosts")
+    pool.take(cells[0], "/v32/bin/python", {}, tmp_path / "a.host.log")
+    assert len(started) == 2  # b's spare
+    pool.take(cells[2], "/v31/bin/python", {}, tmp_path / "x.host.log")  # b never ran (its stack failed, say)
+    assert started[1].stopped  # no cell to come takes it: stopped now, not when the run ends
 
 
 def test_a_cell_that_starts_its_engines_fresh_takes_no_host(started, tmp_path):
