@@ -198,8 +198,9 @@ class ConnectorHarness:
             run.origin[new.req_id] = list(new.block_ids[0])
             run.group_blocks[new.req_id] = [list(ids) for ids in new.block_ids]
             run.external_tokens[new.req_id] = new.num_computed_tokens
-            if new.num_computed_tokens + out.num_scheduled_tokens.get(new.req_id, 0) < len(new.prompt_token_ids or ()):
-                run.chunked.add(new.req_id)
+            if new.prompt_token_ids and (new.num_computed_tokens + out.num_scheduled_tokens.get(new.req_id, 0)
+                                         >= len(new.prompt_token_ids)):
+                run.whole.add(new.req_id)
         cached = out.scheduled_cached_reqs
         resumed = self.era.resumed(out)
         for i, rid in enumerate(cached.req_ids):

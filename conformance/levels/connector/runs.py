@@ -119,7 +119,7 @@ class Run:
     # load errors vLLM could not act on: blocks no request was loading into in the step they came
     late_load_errors: list[str] = field(default_factory=list)
     preempted: set[str] = field(default_factory=set)  # requests re-admitted after a preemption
-    chunked: set[str] = field(default_factory=set)  # requests whose prompt vLLM prefilled over several steps
+    whole: set[str] = field(default_factory=set)  # requests whose whole prompt vLLM prefilled in their first step
     aborted: set[str] = field(default_factory=set)  # requests aborted through the scheduler
     misreports: list[str] = field(default_factory=list)  # transfer reports vLLM's contract forbids
     held: list[str] = field(default_factory=list)  # blocks never given back once everything ended

