@@ -10,8 +10,8 @@ prints one ``--cell NAME`` per line (nothing when the report is complete), so th
 
 runs what is missing and joins it. A cell counts as published when its ``suite`` digest is this
 suite's (``util.identity.suite_digest``): one made by other code, or before builds were recorded, is
-listed again. With ``--any-build`` a cell counts whoever made it: what finishes a report left half
-made by an earlier build (the report then says it was made by two builds). A summary goes to stderr.
+listed again. With ``--any-build`` a cell counts whichever recorded build made it: what finishes a
+report left half made by an earlier build (the report then says which builds made it). A summary goes to stderr.
 """
 
 from __future__ import annotations
@@ -30,10 +30,14 @@ from conformance.util.identity import suite_digest  # noqa: E402
 
 
 def unpublished(cells: list[Cell], published: Path, any_build: bool = False) -> list[str]:
-    """Names of ``cells`` that ``published`` lacks, or (unless ``any_build``) holds as another build's."""
+    """Names of ``cells`` that ``published`` lacks, holds from before builds were recorded, or (unless
+    ``any_build``) holds as another build's."""
     digest = suite_digest()
-    held = {c["id"] for c in json.loads(published.read_text())["cells"]
-            if any_build or (c.get("suite") or {}).get("digest") == digest}
+    def held_here(cell: dict) -> bool:
+        made_by = (cell.get("suite") or {}).get("digest")
+        return made_by is not None and (any_build or made_by == digest)
+
+    held = {c["id"] for c in json.loads(published.read_text())["cells"] if held_here(c)}
     return [c.name for c in cells if c.id not in held]
 
 
