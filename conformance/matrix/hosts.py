@@ -47,7 +47,7 @@ def _stack(cell: Cell) -> str:
 
 class WarmHosts:
     def __init__(self, cells: Iterable[Cell], spare_dir: Path, jobs: int = 1) -> None:
-        self._upcoming = [(cell, hosts_for(cell)) for cell in cells if hosts_for(cell)]  # in run order
+        self._upcoming = [(cell, n) for cell in cells if (n := hosts_for(cell))]  # in run order
         self._spares: dict[str, list[AheadHost]] = defaultdict(list)  # per interpreter
         self._known: dict[str, tuple[str, Mapping[str, str]]] = {}  # stack -> the interpreter and env its cells used
         self._spare_dir, self._jobs = spare_dir, max(1, jobs)

@@ -113,11 +113,14 @@ class Process(TypedDict):
 
 class RoleEvidence(TypedDict, total=False):
     """What a role's engine came to, kept beside the results: whether it ran, why not, each request's
-    outcome, and where its log's copy is."""
+    outcome, vLLM's prefix-cache counters (as summed from every step, and as vLLM logged them), and
+    where its log's copy is."""
 
     ok: bool
     error: str
     requests: list[dict[str, Any]]
+    counters: dict[str, float]
+    counters_logged: dict[str, float]
     log: str
 
 
@@ -605,6 +608,9 @@ class EngineCell:
             entry: RoleEvidence = {"ok": run.ok, **({"error": redact_text(run.error.splitlines()[0])}
                                                      if run.error else {}),
                                      "requests": [request_outcome(r) for r in run.result.get("requests", ())]}
+            if "counters" in run.result:
+                entry["counters"] = run.result["counters"]
+                entry["counters_logged"] = run.result.get("counters_logged", {})
             log = self.workdir / "engines" / f"{role}.log"
             if log.is_file():
                 data = log.read_bytes()[-EVIDENCE_LOG_BYTES:].decode(errors="replace")

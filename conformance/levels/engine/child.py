@@ -53,20 +53,8 @@ import traceback
 from typing import Any, Mapping, NoReturn
 
 from conformance.levels.engine import separate
+from conformance.levels.engine.counters import COUNTERS, StepCounters, logged
 from conformance.levels.engine.specs import Batch, EngineResult, EngineSpec, Request, Step
-
-COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
-            "vllm:external_prefix_cache_queries", "vllm:external_prefix_cache_hits")
-
-
-def _counters(llm: Any) -> dict[str, float]:
-    from vllm.v1.metrics.reader import Counter
-
-    out: dict[str, float] = {}
-    for metric in llm.get_metrics():
-        if isinstance(metric, Counter) and metric.name in COUNTERS:
-            out[metric.name] = out.get(metric.name, 0) + metric.value
-    return out
 
 
 def _versions() -> dict[str, str]:
@@ -219,6 +207,7 @@ def run(spec: EngineSpec, result: EngineResult) -> None:
         if not getattr(adapter, "load_inplace", False):  # a version loaded in place replaces its first at once
             llm.llm_engine.add_lora(adapter)
     result["t_engine_start_s"] = round(time.perf_counter() - t, 2)
+    counters = StepCounters(llm)
     result["process"] = separate.identity()  # once the engine set vLLM's NONE_HASH
     result["torch_threads"] = torch.get_num_threads()  # what the engine computes on (a release may rebind it)
     cache = llm.llm_engine.vllm_config.cache_config
@@ -260,9 +249,9 @@ def run(spec: EngineSpec, result: EngineResult) -> None:
         for g, group in enumerate(groups):
             if spec.get("cached_prefix"):  # a prefix-cache reference (cell.EngineCell.references)
                 _cache_prefixes(llm, [p for p, _ in group], spec["cached_prefix"], salt, lora)
-            before = _counters(llm)
+            before = counters.read()
             outputs = llm.generate([p for p, _ in group], [sp for _, sp in group], use_tqdm=False, **lora)
-            after = _counters(llm)
+            after = counters.read()
             delta = {k.split(":")[1]: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
             for out in outputs:
                 records.append(_record(out, batch["name"], idx, g, delta, phase))
@@ -275,7 +264,8 @@ def run(spec: EngineSpec, result: EngineResult) -> None:
     result["requests"] = records
     result["prefix_cache_resets"] = resets
     result["t_batches_s"] = timings
-    result["counters"] = _counters(llm)
+    result["counters"] = counters.read()
+    result["counters_logged"] = logged(llm)  # vLLM's own (before 0.28: without the steps that had no output)
     result["ok"] = True
     if spec.get("serve_until"):
         _serve(llm, spec, result)

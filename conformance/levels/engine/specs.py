@@ -115,7 +115,8 @@ class EngineResult(TypedDict, total=False):
     prefix_cache_resets: list[bool]
     aborted: dict[str, dict[str, Any]]  # per batch: what vLLM kept of the requests it was told to abort
     drained: bool
-    counters: dict[str, float]
+    counters: dict[str, float]  # vLLM's prefix-cache counters, from every step's scheduler stats (``counters``)
+    counters_logged: dict[str, float]  # the same as vLLM's loggers hold them (before 0.28, fewer steps)
     t_import_s: float
     t_engine_start_s: float
     t_batches_s: dict[str, float]
