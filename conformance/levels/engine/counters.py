@@ -54,8 +54,11 @@ class StepCounters:
     def _add(self, stats: Any) -> None:
         if stats is None:
             return
-        for prefix, cache in (("vllm:", getattr(stats, "prefix_cache_stats", None)),
-                              ("vllm:external_", getattr(stats, "connector_prefix_cache_stats", None))):
+        if not hasattr(stats, "prefix_cache_stats") or not hasattr(stats, "connector_prefix_cache_stats"):
+            self.stepped = False  # a release that moved them: its logged counters, never a silent 0
+            return
+        for prefix, cache in (("vllm:", stats.prefix_cache_stats),
+                              ("vllm:external_", stats.connector_prefix_cache_stats)):
             if cache is not None:  # what the Prometheus logger adds (a preempted request's are apart)
                 self._totals[f"{prefix}prefix_cache_queries"] += cache.queries
                 self._totals[f"{prefix}prefix_cache_hits"] += cache.hits

@@ -32,3 +32,12 @@ def test_an_engine_client_without_get_output_falls_back_to_the_logged_counters(m
     counted = StepCounters(NS(llm_engine=NS(engine_core=None)))
     assert not counted.stepped
     assert counted.read() == {"vllm:external_prefix_cache_hits": 7.0}
+
+
+def test_stats_of_another_shape_fall_back_to_the_logged_counters_rather_than_count_nothing(monkeypatch):
+    monkeypatch.setattr(counters, "logged", lambda llm: {"vllm:external_prefix_cache_hits": 64.0})
+    client = NS(get_output=lambda: NS(outputs=[], scheduler_stats=NS(connector_cache_stats=NS(queries=1, hits=1))))
+    counted = StepCounters(NS(llm_engine=NS(engine_core=client)))
+    client.get_output()
+    assert not counted.stepped
+    assert counted.read() == {"vllm:external_prefix_cache_hits": 64.0}
