@@ -119,14 +119,14 @@ def test_lmcache_mp_connector_with_its_real_server(run_suite, dtype):
         # LMCache 0.5.6 keys chunks by the torch dtype, uint8 for every fp8 format: an fp8_e4m3
         # engine is served fp8_e5m2 bytes. Observed; the suite must flag it.
         assert statuses["engine_format_isolation"] == "Fail"
-    # A server per world its roles used (same-engine, LoRA, block reuse, the cross-engine one), each up.
-    # Worlds of their own, so the roles no other touches ran on the second lane.
-    # vLLM 0.28 on logs every step's stats: what the engine child sums from every step is what vLLM
+    # From 0.28 vLLM logs every step's stats: what the engine child sums from every step is what vLLM
     # counted (before 0.28 the steps that only admitted an asynchronous load went unlogged).
     counted = {role: (kept["counters"], kept["counters_logged"])
                for role, kept in run.results["connector"]["engine_evidence"].items() if "counters" in kept}
     assert counted and all(ours == logged for ours, logged in counted.values()), counted
     assert counted["load"][0]["vllm:external_prefix_cache_hits"] > 0, counted
+    # A server per world its roles used (same-engine, LoRA, block reuse, the cross-engine one), each up.
+    # Worlds of their own, so the roles no other touches ran on the second lane.
     timings = run.results["connector"]["engine_timings"]
     ready = timings["lmcache_servers_ready_s"]
     assert set(ready) >= {"across", "same-engine", "lora", "reuse"} and min(ready.values()) > 0, ready
