@@ -22,12 +22,30 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests", "engine"]
 
 CONSTRAINTS = ("-c", "constraints/cpu.txt")
+REQUIRE_TOOLS = "KVCONFORM_REQUIRE_SYSTEM_TOOLS"  # set: a test missing a system tool fails, never skips
 LINTED = ("conformance", "tests", "benchmarks", "scripts", "noxfile.py")  # the package first: mypy checks it by itself
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 # The noxfile reads the same matrix.yaml and installs stacks the same way the runner does.
 from conformance.matrix.definition import Matrix, load  # noqa: E402
 from conformance.matrix.stacks import PLATFORM, SUITE_DEPS, install_recipe  # noqa: E402
+
+SYSTEM_TOOLS = HERE / "constraints" / "system.txt"
+
+
+def system_tools() -> dict[str, str]:
+    """constraints/system.txt: each system command the suite's tests need -> its Debian package."""
+    lines = (line.split() for line in SYSTEM_TOOLS.read_text().splitlines() if line.strip() and line[0] != "#")
+    return {command: package for command, package in lines}
+
+
+def _require_system_tools(session: nox.Session) -> None:
+    """Stop at once, with the line that installs them, when a tool the tests need is missing: a
+    newcomer's test run is never red for want of a package, nor green with its browser tests skipped."""
+    missing = sorted({package for command, package in system_tools().items() if shutil.which(command) is None})
+    if missing:
+        session.error(f"missing system packages the tests need; install them first: "
+                      f"sudo apt-get install -y {' '.join(missing)}")
 
 
 def _matrix() -> Matrix:
@@ -137,20 +155,24 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The project's own tests (tests/): contract model, strategies, plugin, zoo, report, certification."""
+    _require_system_tools(session)
     _install(session)
-    session.run("pytest", "-n", "2", "-m", "not engine", "--durations=10", *session.posargs)
+    session.install("nox")  # the noxfile's own tests run `nox -l`
+    session.run("pytest", "-n", "2", "--dist", "loadgroup", "-m", "not engine", "--durations=10", *session.posargs,
+                env={REQUIRE_TOOLS: "1"})
 
 
 @nox.session
 def engine(session: nox.Session) -> None:
     """Tests that need vLLM and LMCache: real engines, LMCache's servers and backends, known-bad connectors,
     the installed vLLM's API fingerprint against its committed one, and the wheel installed outside the checkout."""
+    _require_system_tools(session)
     _install(session, _stack_install())
     session.install("build")
     # Two workers: most of these tests run one single-threaded vLLM process at a time (a group keeps
     # a module's expensive shared fixture on one worker).
     session.run("pytest", "-n", "2", "--dist", "loadgroup", "-m", "engine", "--durations=20", *session.posargs,
-                env={"KVCONFORM_ENGINE_PYTHON": session.bin + "/python"})
+                env={"KVCONFORM_ENGINE_PYTHON": session.bin + "/python", REQUIRE_TOOLS: "1"})
 
 
 @nox.session(default=False)

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from conformance import __version__
+from conformance.vocabulary import LEVELS
 
 
 def main(argv: list[str] | None = None) -> int:
-    from conformance.plugin.options import LEVELS
     from conformance.verdict.profiles import PROFILES
 
     parser = argparse.ArgumentParser(prog="kvconform", description=__doc__)

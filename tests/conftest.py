@@ -6,6 +6,7 @@ import atexit
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,23 @@ import pytest
 from conformance.report.render import clause_statuses
 
 REPO = Path(__file__).resolve().parents[1]
+REQUIRE_TOOLS = "KVCONFORM_REQUIRE_SYSTEM_TOOLS"  # the noxfile's test sessions set it
+
+
+def require_tool(command: str) -> str:
+    """The path of a system ``command`` a test needs (constraints/system.txt names its package). A
+    missing one fails the test under the README's test command (nox sets REQUIRE_TOOLS) and in CI,
+    naming the line that installs it; a bare pytest run skips it, saying the same."""
+    found = shutil.which(command)
+    if found:
+        return found
+    lines = (line.split() for line in (REPO / "constraints" / "system.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#"))
+    package = dict(lines).get(command, command)
+    why = f"{command} is not installed: sudo apt-get install -y {package}"
+    if os.environ.get(REQUIRE_TOOLS) or os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
 # Each suite run is a fork of one process per test worker that has imported these and nothing of the
 # suite: a fresh interpreter spends 10-15 s importing vLLM, once per run, 160 times in the engine
 # session (CI's longest step). The suite's own modules are imported fresh in every run; a missing

@@ -29,3 +29,119 @@ def test_a_module_over_the_size_of_a_room_says_why_at_its_top() -> None:
                 unexplained.append(f"{path.relative_to(REPO)} ({text.count(chr(10))} lines)")
     assert not unexplained, f"over {ROOM_LINES} lines without a reason at the top (\"Over {ROOM_LINES} lines: ...\"): " \
                             f"{unexplained}"
+
+
+# The house's floors, lowest first (#52): a module imports its own room and lower floors, never a
+# higher one. The vocabulary (level and option names) is the ground floor every room may read.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("conformance", "vocabulary", "contract", "util", "data"),
+    ("verdict", "api_surface", "servers"),
+    ("stores", "levels", "report"),
+    ("zoo", "plugin"),
+    ("matrix",),
+    ("certify",),
+    ("cli",),
+)
+FLOOR = {room: floor for floor, rooms in enumerate(FLOORS) for room in rooms}
+TEST_FRAMEWORKS = ("pytest", "_pytest", "hypothesis")
+
+
+def _module_name(path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _room(module: str) -> str:
+    """A module's room: its package under conformance/ (conformance.vocabulary and cli are rooms of one module)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _imports(path, top_level_only: bool = False) -> list[tuple[str, int]]:
+    """(module imported, line) for every import in ``path``: anywhere in it, or only those that run
+    when it is imported (not in a function, nor under ``if TYPE_CHECKING``)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    nodes: list = []
+    if top_level_only:
+        pending = list(tree.body)
+        while pending:
+            node = pending.pop()
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                pending.extend(node.orelse)
+            elif isinstance(node, (ast.If, ast.Try)):
+                pending.extend([*node.body, *node.orelse, *getattr(node, "handlers", []), *getattr(node, "finalbody", [])])
+            elif isinstance(node, ast.ExceptHandler):
+                pending.extend(node.body)
+            else:
+                nodes.append(node)
+    else:
+        nodes = list(ast.walk(tree))
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package.split(".")[:len(package.split(".")) - node.level + 1], *([base] if base else [])])
+            found.append((base, node.lineno))
+            found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]  # a submodule imported by name
+    return found
+
+
+def _package_modules():
+    return {_module_name(p): p for p in sorted((REPO / "conformance").rglob("*.py"))}
+
+
+def _owner(target: str, modules) -> str:
+    """The module an imported name lives in (``conformance.__version__`` -> ``conformance``)."""
+    while target not in modules and "." in target:
+        target = target.rpartition(".")[0]
+    return target
+
+
+def test_every_room_has_a_floor_and_no_module_imports_a_higher_one() -> None:
+    modules = _package_modules()
+    unranked = sorted({_room(m) for m in modules} - set(FLOOR))
+    assert not unranked, f"rooms with no floor in FLOORS: {unranked}"
+    upward = [f"{path.relative_to(REPO)}:{line} ({_room(name)}, floor {FLOOR[_room(name)]}) imports {target} "
+              f"({_room(target)}, floor {FLOOR[_room(target)]})"
+              for name, path in modules.items() for target, line in _imports(path)
+              if target.split(".")[0] == "conformance" and FLOOR[_room(_owner(target, modules))] > FLOOR[_room(name)]]
+    assert not upward, "imports of a higher floor:\n" + "\n".join(upward)
+
+
+# What runs in a Python that has no test framework: the noxfile's imports (nox's own Python), the
+# matrix.yml plan job (`python -m conformance.matrix.plan`), the report and kvconform's commands.
+FRAMEWORK_FREE = ("conformance.matrix.definition", "conformance.matrix.stacks", "conformance.matrix.plan",
+                  "conformance.report.render", "conformance.report.html", "conformance.report.diff",
+                  "conformance.certify.verify", "conformance.cli")
+
+
+def test_what_runs_without_a_test_framework_imports_none() -> None:
+    """Follows the imports each of FRAMEWORK_FREE runs when imported (module level, transitively):
+    none may reach pytest or Hypothesis. Only what runs tests (the plugin, the levels' clause
+    modules, the strategies) imports them at its top."""
+    modules = _package_modules()
+    seen: dict[str, str] = {}  # module -> the chain that reached it
+    pending = [(m, m) for m in FRAMEWORK_FREE]
+    offenders = []
+    while pending:
+        module, chain = pending.pop()
+        if module in seen:
+            continue
+        seen[module] = chain
+        for target, line in _imports(modules[module], top_level_only=True):
+            if target.split(".")[0] in TEST_FRAMEWORKS:
+                offenders.append(f"{chain} imports {target} (line {line})")
+            elif target in modules:
+                pending.append((target, f"{chain} -> {target}"))
+                parent = target.rpartition(".")[0]  # importing a.b.c runs a/__init__ and a/b/__init__ first
+                while parent.count("."):
+                    pending.append((parent, f"{chain} -> {parent}"))
+                    parent = parent.rpartition(".")[0]
+    assert not offenders, "\n".join(offenders)

@@ -15,10 +15,9 @@ from typing import Any, Mapping
 import yaml
 
 from conformance.contract.spec import KV_CACHE_DTYPES
-from conformance.levels.engine.models import DEFAULT_MODEL
-from conformance.plugin.options import LEVELS
 from conformance.verdict import secrets
 from conformance.verdict.clauses import CLAUSES
+from conformance.vocabulary import DEFAULT_MODEL, LEVELS
 
 GOLDEN_SCHEMA = "kvconform.golden/3"
 SHIPPED_GOLDEN = Path(str(files("conformance.certify") / "required-tests.yaml"))

@@ -13,10 +13,10 @@ import os
 from pathlib import Path
 from typing import Callable, Sequence
 
-from conformance.levels.engine.models import DEFAULT_MODEL
 from conformance.matrix.definition import Cell, Tier
 from conformance.matrix.runner import run_cell
 from conformance.report import diff
+from conformance.vocabulary import DEFAULT_MODEL
 
 SIDES = ("base", "head")
 

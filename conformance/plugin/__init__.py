@@ -13,7 +13,8 @@ import os
 import pytest
 
 from conformance.plugin import options
-from conformance.plugin.options import LEVELS, LEVELS_OPTION, State, session_state
+from conformance.plugin.options import State, session_state
+from conformance.vocabulary import LEVELS, LEVELS_OPTION
 
 # The fixtures the levels' clauses use, how a test's outcome becomes a verdict, and the child
 # process a connector-level test runs in.

@@ -1,8 +1,7 @@
 """The plugin's command-line options and the per-session state read from them.
 
-A leaf module: the plugin's other modules import it, it imports none of them. Every option is
-prefixed ``--kv-``: the plugin loads in every pytest session of an environment where kvconform is
-installed, and an unprefixed option would collide with a project's own conftest.
+The plugin's other modules import it, it imports none of them; the option names themselves are
+the vocabulary's (conformance.vocabulary), where rooms that import no test framework read them.
 """
 
 from __future__ import annotations
@@ -13,35 +12,36 @@ from typing import Any
 
 import pytest
 
-from conformance.levels.engine.models import DEFAULT_MODEL
 from conformance.verdict.profiles import PROFILES as PROFILE_SETTINGS
+from conformance.vocabulary import (
+    BLOCK_SIZE,
+    CACHE_DTYPE,
+    CAPABILITIES,
+    CONNECTOR,
+    DEFAULT_MODEL,
+    DTYPES,
+    ENGINE_BASELINES,
+    ENGINE_ENV,
+    ENGINE_LANES,
+    ENGINE_PYTHON,
+    ENGINE_START,
+    ENGINE_TIMEOUT,
+    EXTRA_CONFIG,
+    LEVELS_OPTION,
+    LMCACHE_SERVER_ARG,
+    MODEL,
+    NO_SHRINK,
+    OTHER_MODEL,
+    PROFILE,
+    RESULTS,
+    ROLE,
+    STORAGE_HOOK,
+    STORE,
+    TENSOR_PARALLEL,
+    TIMEOUT,
+    TRANSFER_CONFIG,
+)
 
-STORE = "--kv-store"
-PROFILE = "--kv-profile"
-NO_SHRINK = "--kv-no-shrink"
-TIMEOUT = "--kv-timeout"
-RESULTS = "--kv-results"
-DTYPES = "--kv-cache-dtypes"
-CONNECTOR = "--kv-connector"
-EXTRA_CONFIG = "--kv-connector-extra-config"
-CAPABILITIES = "--kv-connector-capabilities"
-STORAGE_HOOK = "--kv-storage-hook"
-ROLE = "--kv-role"
-CACHE_DTYPE = "--kv-cache-dtype"
-MODEL = "--kv-model"
-OTHER_MODEL = "--kv-other-model"
-BLOCK_SIZE = "--kv-block-size"
-ENGINE_PYTHON = "--kv-engine-python"
-ENGINE_TIMEOUT = "--kv-engine-timeout"
-ENGINE_START = "--kv-engine-start"
-ENGINE_LANES = "--kv-engine-lanes"
-ENGINE_BASELINES = "--kv-engine-baselines"
-ENGINE_ENV = "--kv-engine-env"
-TENSOR_PARALLEL = "--kv-tensor-parallel"
-TRANSFER_CONFIG = "--kv-transfer-config"
-LMCACHE_SERVER_ARG = "--kv-lmcache-server-arg"
-LEVELS_OPTION = "--kv-levels"
-LEVELS = ("store", "connector", "engine")
 PROFILES = tuple(PROFILE_SETTINGS)
 
 

@@ -280,8 +280,8 @@ def _summary(rows: list[GridRow], notes: list[GroupedNote], columns: list[str]) 
         passing = [s for s in judged if s[2]["status"] in (Status.PASS.value, PARTLY_RUNNABLE)]
         parts = []
         if passing:
-            parts.append(f"passes on {_span(sorted({c for c, _, _ in passing}, key=columns.index), columns)} "
-                         f"for {_span(sorted({d for _, d, _ in passing}), sorted({d for _, d, _ in seen}), 'every dtype')}")
+            parts.append(f"passes on {_span(sorted({c for c, _, _ in passing}, key=columns.index), columns)}"
+                         f"{_for_dtypes(sorted({d for _, d, _ in passing}), sorted({d for _, d, _ in seen}))}")
         wrong: dict[str, list[tuple[int, str, str]]] = {}  # status -> (note, column, dtype)
         for col, dtype, mark in seen:
             for n in mark["notes"]:  # what is wrong or not judged; a capability not claimed is neither
@@ -293,13 +293,20 @@ def _summary(rows: list[GridRow], notes: list[GroupedNote], columns: list[str]) 
             cols = sorted({c for _, c, _ in at}, key=columns.index)
             dtypes = sorted({d for _, _, d in at})
             clauses = list(dict.fromkeys(c for n in numbers for c in by_number[n]["clauses"] if GROUP_OF.get(c) == group))
-            parts.append(f"{status} ({', '.join(clauses)}) on {_span(cols, columns)} for "
-                         f"{_span(dtypes, sorted({d for _, d, _ in seen}), 'every dtype')} "
-                         f"[{', '.join(map(str, numbers))}]")
+            parts.append(f"{status} ({', '.join(clauses)}) on {_span(cols, columns)}"
+                         f"{_for_dtypes(dtypes, sorted({d for _, d, _ in seen}))} [{', '.join(map(str, numbers))}]")
         if not judged:
             parts.insert(0, "not judged here")
         lines.append(f"{group}: " + "; ".join(parts) + ".")
     return lines
+
+
+def _for_dtypes(dtypes: list[str], universe: list[str]) -> str:
+    """' for fp8_e5m2' (or every dtype); a store's rows have no kv_cache_dtype (no engine runs it: each
+    of its cells draws specs of every dtype), which the sentence says instead of a dtype."""
+    if not any(universe):
+        return " (a store judged alone, in no engine: its specs drawn over every kv_cache_dtype)"
+    return f" for {_span(dtypes, universe, 'every dtype')}"
 
 
 def _span(values: list[str], universe: list[str], every: str = "every stack") -> str:

@@ -21,7 +21,7 @@ import re
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote
 
-from conformance.plugin import options
+from conformance import vocabulary as options
 
 REDACTED = "***"
 # The engine environment a connector declares (--kv-engine-env NAME=VALUE) is the deployment's, and a

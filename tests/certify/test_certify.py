@@ -17,7 +17,7 @@ from conformance.certify.bundle import overrides, write_manifest
 from conformance.certify.golden import GoldenError, known_test_ids, load_golden, load_product
 from conformance.certify.verify import verify
 
-from tests.conftest import REPO
+from tests.conftest import REPO, require_tool
 
 PRODUCT = {"vendor": "Acme", "name": "acme file store", "version": "0.1.0",
            "store": "acme_store.store:make_store", "contact_email": "m@example.invalid",
@@ -182,7 +182,7 @@ def test_junit_that_disagrees_with_a_verdict_is_named(bundle):
 
 def test_a_signed_bundle_verifies_and_a_resigned_edit_does_not(tmp_path, in_vendor_tree):
     key = tmp_path / "vendor_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    subprocess.run([require_tool("ssh-keygen"), "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     signers = tmp_path / "allowed_signers"
     signers.write_text(f"{PRODUCT['contact_email']} {(tmp_path / 'vendor_key.pub').read_text()}")
     proc, out = certify(tmp_path, None, "--sign", str(key), badges=["core"])

@@ -333,7 +333,6 @@ def test_pip_error_lines():
 
 
 def test_nox_cell_sessions_are_a_ci_job_matrix_with_the_stack_in_their_ids():
-    pytest.importorskip("nox")
     proc = subprocess.run([sys.executable, "-m", "nox", "-l", "--json", "-t", "standard"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

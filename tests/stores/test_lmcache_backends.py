@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.conftest import require_tool
+
 pytestmark = pytest.mark.engine
 
 # LMCache's keys carry the torch dtype, uint8 for every vLLM fp8 format; it has nowhere to keep
@@ -25,6 +27,8 @@ EXPECTED = {"lmcache-cpu": {**ALWAYS, **{c: "Pass" for c in ROUND_TRIP}, "state_
 
 @pytest.mark.parametrize("store", sorted(EXPECTED))
 def test_lmcache_backend_verdicts(run_suite, store):
+    if store == "lmcache-redis":
+        require_tool("redis-server")
     run = run_suite(f"--kv-store={store}", "--kv-profile=ci", timeout=1200,
                     env={"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
     statuses = run.statuses()
@@ -48,6 +52,8 @@ def test_lmcache_backend_verdicts(run_suite, store):
                                                      ("lmcache-lm", "lmcache-server", 40)])
 def test_server_killed_mid_run_is_error_not_verdict(run_suite, store, server, kill_after):
     """The store's server dies mid-run: the run finishes, that clause and every later one are Error."""
+    if server == "redis-server":
+        require_tool(server)
     from conformance.verdict.clauses import CLAUSES
 
     run = run_suite(f"--kv-store={store}", "--kv-profile=ci", "--kv-timeout=30", timeout=600,

@@ -21,7 +21,6 @@ from conformance.data import data_dir
 RECIPES_DIR = data_dir("models")
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3
 BOS, EOS, PAD = 1, 2, 3
-DEFAULT_MODEL = "qwen3-tiny"  # what a run, a certified product and the PR gate take when none is named
 # The vision-language model an engine cell's multimodal role serves (a recipe with "images"), whatever the cell's model.
 # Why the model-isolation clauses cannot judge a user's model directory without a second checkpoint of it.
 NO_OTHER_MODEL = ("the model is a directory (--kv-model PATH) and no other checkpoint of it was given "

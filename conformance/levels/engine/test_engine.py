@@ -39,11 +39,11 @@ from conformance.levels.engine.roles import (
     TP_BASELINE,
 )
 from conformance.levels.subject import PRESSURE_FACTOR
-from conformance.plugin.options import TENSOR_PARALLEL
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
 from conformance.verdict.guard import HarnessError
 from conformance.verdict.status import not_exercised, not_runnable
+from conformance.vocabulary import TENSOR_PARALLEL
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from conformance.levels.connector.scenarios import CPU_KV_CACHE_DTYPES
-from conformance.levels.engine.models import DEFAULT_MODEL
 from conformance.matrix import definition
 from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES
+from conformance.vocabulary import DEFAULT_MODEL
 
 pytestmark = pytest.mark.engine
 

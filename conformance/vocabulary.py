@@ -1,0 +1,44 @@
+"""The suite's shared vocabulary: level names, the ``--kv-*`` option names, the model a run takes
+when none is named.
+
+The ground floor of the house (tests/test_architecture.py ranks the rooms): every room may read
+it, and it imports nothing, so the noxfile, the matrix's plan and the report read it in a Python
+that has no test framework.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+Level = Literal["store", "connector", "engine"]
+LEVELS: tuple[Level, ...] = get_args(Level)  # in the order a run climbs them
+
+DEFAULT_MODEL = "qwen3-tiny"  # what a run, a certified product and the PR gate take when none is named
+
+# The plugin's options (conformance.plugin.options declares them to pytest). Every one is prefixed
+# ``--kv-``: the plugin loads in every pytest session where kvconform is installed.
+STORE = "--kv-store"
+PROFILE = "--kv-profile"
+NO_SHRINK = "--kv-no-shrink"
+TIMEOUT = "--kv-timeout"
+RESULTS = "--kv-results"
+DTYPES = "--kv-cache-dtypes"
+CONNECTOR = "--kv-connector"
+EXTRA_CONFIG = "--kv-connector-extra-config"
+CAPABILITIES = "--kv-connector-capabilities"
+STORAGE_HOOK = "--kv-storage-hook"
+ROLE = "--kv-role"
+CACHE_DTYPE = "--kv-cache-dtype"
+MODEL = "--kv-model"
+OTHER_MODEL = "--kv-other-model"
+BLOCK_SIZE = "--kv-block-size"
+ENGINE_PYTHON = "--kv-engine-python"
+ENGINE_TIMEOUT = "--kv-engine-timeout"
+ENGINE_START = "--kv-engine-start"
+ENGINE_LANES = "--kv-engine-lanes"
+ENGINE_BASELINES = "--kv-engine-baselines"
+ENGINE_ENV = "--kv-engine-env"
+TENSOR_PARALLEL = "--kv-tensor-parallel"
+TRANSFER_CONFIG = "--kv-transfer-config"
+LMCACHE_SERVER_ARG = "--kv-lmcache-server-arg"
+LEVELS_OPTION = "--kv-levels"
