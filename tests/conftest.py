@@ -33,9 +33,8 @@ def require_tool(command: str) -> str:
              if line.strip() and not line.startswith("#"))
     package = dict(lines).get(command, command)
     why = f"{command} is not installed: sudo apt-get install -y {package}"
-    if os.environ.get(REQUIRE_TOOLS) or os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
+    required = os.environ.get(REQUIRE_TOOLS) or os.environ.get("CI")
+    raise pytest.fail.Exception(why) if required else pytest.skip.Exception(why)
 # Each suite run is a fork of one process per test worker that has imported these and nothing of the
 # suite: a fresh interpreter spends 10-15 s importing vLLM, once per run, 160 times in the engine
 # session (CI's longest step). The suite's own modules are imported fresh in every run; a missing
