@@ -35,10 +35,12 @@ def fresh_clone(dest: Path) -> Path:
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             check=True, capture_output=True, text=True).stdout.split("\0")
     for name in filter(None, listed):
-        source = REPO / name
-        if source.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
+        source, target = REPO / name, dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():  # conformance/data's links to fixtures/, as git checks them out
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, target)
     return dest
 
 

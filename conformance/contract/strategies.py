@@ -13,8 +13,6 @@ of a cross-layer buffer. Each realisation holds the *same logical content*.
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -39,6 +37,7 @@ REAL_GQA_GEOMETRIES: tuple[tuple[int, int], ...] = (
     (4, 128),  # Qwen3-4B / Qwen3.6-27B-FP8 (the original report's geometry per TP rank)
     (2, 64),   # small replicas
     (1, 256),  # Gemma-style wide heads, one KV head per rank
+    (1, 64),   # a small model's one KV head per rank: an fp8 block of 16 tokens is a 2 KiB entry
 )
 REAL_MLA_HEAD_SIZES: tuple[int, ...] = (576,)  # DeepSeek-V2/V3: kv_lora_rank 512 + rope 64
 BLOCK_SIZES: tuple[int, ...] = (16, 32)  # CUDA default 16; CPU needs multiples of 32
@@ -249,6 +248,8 @@ def sweep_entries(*, kinds: Sequence[str] = ("contiguous",), limits: Sequence[in
     for i, dtype in enumerate(dtypes):
         spec = _sweep_spec(dtype, num_blocks=1)
         out.append((f"kv_cache_dtype={dtype}", _sweep_entry(spec, kinds[i % len(kinds)], seed=i)))
+    small = small_entry(kinds[len(dtypes) % len(kinds)])
+    out.append((f"{small.spec.layer_nbytes} bytes (the smallest real entry, {small.spec.kv_cache_dtype})", small))
     first = _sweep_spec(dtypes[0], num_blocks=1)
     per_block = first.layer_nbytes
     for limit in limits:
@@ -256,6 +257,33 @@ def sweep_entries(*, kinds: Sequence[str] = ("contiguous",), limits: Sequence[in
             spec = first.replace(num_blocks=blocks)
             out.append((f"{spec.layer_nbytes} bytes (limit {limit})", _sweep_entry(spec, kinds[0], seed=blocks)))
     return out
+
+
+# The smallest entry a real deployment writes: one KV head of 64 per rank, 16 tokens, 8-bit (2 KiB;
+# 4 KiB in a 16-bit format). Stores that special-case small values (inline rows, slab classes,
+# a minimum page) meet it in every byte-level clause's sweep, whatever the draws.
+SMALL_ENTRY_GEOMETRY = (1, 64)
+
+
+def small_entry_spec(dtypes: Sequence[str]) -> KVSpec:
+    """The smallest real entry (``SMALL_ENTRY_GEOMETRY``, one block of 16) in the first 8-bit format of
+    ``dtypes`` (else the first of them)."""
+    usable = [d for d in dtypes if d != "fp8_ds_mla"] or ["auto"]
+    narrow = [d for d in usable if KVSpec(kv_cache_dtype=d, model_dtype="bfloat16").element_format.bits == 8]
+    heads, head_size = SMALL_ENTRY_GEOMETRY
+    return KVSpec(kv_cache_dtype=(narrow or usable)[0], model_dtype="bfloat16", layout=Layout.KV_FIRST,
+                  num_blocks=1, block_size=16, num_kv_heads=heads, head_size=head_size)
+
+
+def small_entry(kind: str = "contiguous", *, seed: int = 7) -> KVEntry:
+    """The smallest real entry (``small_entry_spec`` over the active dtypes), its bits from ``seed``."""
+    return _sweep_entry(small_entry_spec(active_kv_cache_dtypes()), kind, seed=seed)
+
+
+def sized_entry(nbytes: int, *, seed: int) -> KVEntry:
+    """An entry of the first active dtype in the blocks that make ``nbytes`` (one at least), its bits from ``seed``."""
+    first = _sweep_spec(active_kv_cache_dtypes()[0], num_blocks=1)
+    return _sweep_entry(first.replace(num_blocks=max(1, nbytes // first.layer_nbytes)), "contiguous", seed=seed)
 
 
 def _sweep_spec(dtype: str, *, num_blocks: int) -> KVSpec:
@@ -306,69 +334,3 @@ def format_twins(draw: st.DrawFn) -> TwinSpecs:
     twin = base.replace(kv_cache_dtype=b)
     assert (twin.element_format, twin.storage_dtype) != (base.element_format, base.storage_dtype)
     return TwinSpecs(base, twin)
-
-
-# The shapes real keys have: a chunk hash (64 hex characters), LMCache's composite key string
-# (format@model@world_size@worker_id@chunk_hash@dtype), a long path-like key, and LMCache's
-# layerwise key string (model@world_size@worker_id@chunk_hash@dtype@layer) under a local model
-# snapshot path, at 256 bytes (just past memcached's 250-byte keys and a 255-byte file name) and at
-# 1024 (S3's key limit). Keys of one run share a long prefix and differ only at the end, as the
-# layers of one chunk do, so a store that truncates or caps keys (a fixed-width column, a 64-byte
-# slot, memcached, a file named after its key) collides them.
-KEY_SHAPES = ("hash", "lmcache", "long", "lmcache_256", "lmcache_1024")
-_LONG_KEY_BYTES = {"lmcache_256": 256, "lmcache_1024": 1024}
-_SNAPSHOT = ("/mnt/shared/hf-cache/hub/models--Qwen--Qwen3-Coder-480B-A35B-Instruct-FP8/snapshots/"
-             "9d1d8b5d4b5ad1d2a5d3bd3e0b5d9f0e7a1c2b3d/")
-
-# The names of a run's key pool (``pool_keys``): "A" is "a" in another case, so a store that folds
-# case (a case-insensitive file system, a lower()ing normaliser) serves one for the other.
-KEY_NAMES = ("a", "b", "A")
-
-
-class KeyTwins(NamedTuple):
-    """Two distinct keys (``pool_keys(shape, names)``) that a store which normalises or caps its
-    keys serves as one; ``why`` says what they are."""
-    why: str
-    shape: str
-    names: tuple[str, str]
-
-
-KEY_TWINS = (
-    KeyTwins("two keys that differ only in letter case", "lmcache", ("a", "A")),
-    KeyTwins("two keys of 256 bytes that differ only in their last character", "lmcache_256", ("a", "b")),
-    KeyTwins("two keys of 1024 bytes that differ only in their last character", "lmcache_1024", ("a", "b")),
-)
-
-
-def pool_keys(shape: str, names: Sequence[str] = KEY_NAMES) -> dict[str, str]:
-    """One key per name, of ``shape``, no other example uses: they share all but ``"@" + name`` at
-    the end (as LMCache's layerwise keys of one chunk share all but the layer id), and a long shape
-    keeps its length exactly."""
-    prefix = realistic_key(shape, room=1 + max(len(n) for n in names))
-    return {name: f"{prefix}@{name}" for name in names}
-
-
-def realistic_key(shape: str, *, room: int = 0) -> str:
-    """A key no other example uses, shaped as ``shape`` says (one of ``KEY_SHAPES``). A long
-    LMCache shape is ``room`` bytes short of its length, for a suffix the caller appends."""
-    chunk = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
-    if shape == "hash":
-        return chunk
-    if shape == "lmcache":
-        return f"vllm@/models/Qwen3-30B-A3B-FP8@8@3@{chunk}@uint8"
-    if shape == "long":
-        return "/".join(["kvconform", "tenants", "a" * 40, "models", "Qwen3-30B-A3B-FP8", "tp8", "rank3",
-                         "layers", "0-47", "chunks", "b" * 60, chunk])
-    if shape in _LONG_KEY_BYTES:
-        tail = f"@8@3@{chunk}@bfloat16"  # "@" and the layer id: the caller's suffix
-        pad = _LONG_KEY_BYTES[shape] - room - len(_SNAPSHOT) - len(tail)
-        # The snapshot path goes deeper (a tenant's fine-tune under it) until the key has its length.
-        model = _SNAPSHOT + "/".join(["finetunes", "tenant-" + "0123456789abcdef" * 64])[:max(pad, 0)]
-        return model + tail
-    raise ValueError(f"key shape {shape!r}; valid: {', '.join(KEY_SHAPES)}")
-
-
-def fresh_key() -> str:
-    """A key no other example uses (examples never see each other's entries), as LMCache writes one."""
-    return realistic_key("lmcache")
-

@@ -79,8 +79,14 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            requires=frozenset({"at_rest"})),
     Clause("state_machine", _STORE,
            "any sequence of put/get/contains/overwrite (and delete, when claimed) agrees with a dict model, "
-           "over real keys: keys that differ only in letter case, and keys of 256-1024 bytes that differ only "
-           "in their last characters, are distinct keys"),
+           "over real keys: keys that differ only in letter case, keys of 256-1024 bytes that differ only "
+           "in their last characters, and keys that differ only in one field of LMCache's layerwise key "
+           "(early, middle or late; in one character or all of it) are distinct keys"),
+    Clause("long_reuse_distance", _STORE,
+           "after more puts than a small cache holds (1,000 entries of 2 KiB, then 48 of 1 MiB), every entry "
+           "read back oldest first, the first after 1,048 other puts, is a byte-exact hit or a miss, contains "
+           "agreeing with get, and the newest is a hit: a bounded store may evict, capacity declared or not, "
+           "never serve other bytes"),
     Clause("api_requirements", _CONNECTOR,
            "every vLLM name the connector's module imports, overrides or calls exists in the installed "
            "vLLM (read with ast before anything is built, followed from a wrapper module to the modules its "
@@ -361,7 +367,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "corruption_detected", "api_damaged_storage", "api_load_errors_reported", "api_pd_lost_peer",
         "engine_lost_storage", "engine_load_failure_recompute"),
     "lifecycle": (
-        "state_machine", "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_multimodal_isolation",
+        "state_machine", "long_reuse_distance",
+        "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_multimodal_isolation",
         "api_chunked_prefill", "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
         "api_connector_stats", "api_kv_events", "api_cache_pressure", "engine_cache_pressure", "engine_cache_salt",
         "engine_lora_isolation", "engine_prompt_embeds", "engine_multimodal_isolation",

@@ -28,7 +28,7 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
               "parses fp16 and casts on get, drops scales, keys by token hash only)",
               frozenset({"byte_exact_roundtrip", "dtype_preserved", "stride_contract",
                          "metadata_roundtrip", "scales_roundtrip", "format_isolation",
-                         "mismatch_rejection"}),
+                         "mismatch_rejection", "long_reuse_distance"}),
               frozenset({"state_machine"})),
     ZooMember("conformance.zoo.wrong_stride_view:make_store",
               "saves the tensor's memory span and views it back with the logical shape: "
@@ -47,7 +47,7 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
               frozenset({"format_isolation"})),
     ZooMember("conformance.zoo.truncating:make_store",
               "writes numel bytes instead of nbytes and zero-fills on read",
-              frozenset({"byte_exact_roundtrip", "stride_contract"}),
+              frozenset({"byte_exact_roundtrip", "stride_contract", "long_reuse_distance"}),
               frozenset({"format_isolation", "state_machine"})),
     ZooMember("conformance.zoo.unchecked:make_store",
               "trusts its bytes at rest: no length or checksum check, zero-fills short payloads",
@@ -84,6 +84,19 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
               "ignores a put of a key it holds and keeps serving the first entry (LMCache's LocalCPU "
               "and LocalDisk backends)",
               frozenset({"state_machine"})),
+    ZooMember("conformance.zoo.middle_elided_key:make_store",
+              "shortens a key past 200 bytes to its first and last 96 characters: long keys that differ only "
+              "in a middle field (a fine-tune's model path) collide",
+              frozenset({"state_machine"})),
+    ZooMember("conformance.zoo.inline_small:make_store",
+              "keeps values under 4 KiB inline in 2,000-byte index rows and zero-fills the rest: the smallest "
+              "real entry (one KV head of 64, 16 fp8 tokens, 2 KiB) loses its tail",
+              frozenset({"byte_exact_roundtrip", "state_machine", "long_reuse_distance"}),
+              frozenset({"stride_contract", "no_aliasing"})),
+    ZooMember("conformance.zoo.index_outliving:make_store",
+              "a bounded store (32 MiB, declared nowhere) that evicts an entry's bytes but keeps its index: "
+              "contains says yes and get serves zeros after a long reuse distance",
+              frozenset({"long_reuse_distance"})),
     ZooMember("conformance.zoo.resurrecting_delete:make_store",
               "delete drops the index entry but get still serves the bytes",
               frozenset({"state_machine"})),

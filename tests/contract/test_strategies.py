@@ -8,12 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance.contract.formats import special_bit_patterns
+from conformance.contract.keys import KEY_NAMES, KEY_SHAPES, KEY_TWINS, pool_keys, realistic_key
 from conformance.contract.spec import KVSpec, Layout
 from conformance.contract.store import logical_bytes
 from conformance.contract.strategies import (
-    KEY_NAMES,
-    KEY_SHAPES,
-    KEY_TWINS,
     NON_CONTIGUOUS_VIEW_KINDS,
     PADDING_BYTE,
     VIEW_KINDS,
@@ -21,9 +19,7 @@ from conformance.contract.strategies import (
     bits_dtype,
     format_twins,
     kv_specs,
-    pool_keys,
     realise,
-    realistic_key,
 )
 
 

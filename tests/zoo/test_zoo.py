@@ -9,7 +9,7 @@ from conformance.verdict.clauses import CLAUSES
 from conformance.zoo import ZOO
 
 
-@pytest.mark.parametrize("store", ["memory", "file"])
+@pytest.mark.parametrize("store", ["memory", "file", "conformance.zoo.good.bounded_store:make_store"])
 def test_reference_stores_pass(run_suite, store):
     # Under ci, as CI's cells run; under deep (100 s each here) they are the full tier's memory and
     # file cells, whose expectations are none.

@@ -9,9 +9,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from conformance.contract.keys import fresh_key
 from conformance.contract.spec import KVSpec
 from conformance.contract.store import REFUSALS, KVEntry
-from conformance.contract.strategies import DEEP_SIZE_LIMITS, SIZE_LIMITS, fresh_key, sweep_entries
+from conformance.contract.strategies import DEEP_SIZE_LIMITS, SIZE_LIMITS, sweep_entries
 from conformance.verdict.asserts import ClauseViolation, assert_hit
 
 # The integer dtype of each element width: a view of the same bits that bitwise ops accept.

@@ -3,8 +3,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.contract.keys import fresh_key
 from conformance.contract.store import DAMAGE_KINDS, REFUSALS, logical_bytes
-from conformance.contract.strategies import fresh_key, kv_entries
+from conformance.contract.strategies import kv_entries
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause
 

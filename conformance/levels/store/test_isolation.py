@@ -4,6 +4,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.contract.keys import fresh_key
 from conformance.contract.spec import KVSpec
 from conformance.contract.store import REFUSALS, KVEntry, lossy_tolerance
 from conformance.contract.strategies import (
@@ -11,7 +12,6 @@ from conformance.contract.strategies import (
     active_kv_cache_dtypes,
     bit_patterns,
     format_twins,
-    fresh_key,
     kv_entries,
     scales,
 )

@@ -4,8 +4,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.contract.keys import fresh_key
 from conformance.contract.store import KVEntry, logical_bytes, lossy_tolerance
-from conformance.contract.strategies import NON_CONTIGUOUS_VIEW_KINDS, VIEW_KINDS, fresh_key, kv_entries
+from conformance.contract.strategies import NON_CONTIGUOUS_VIEW_KINDS, VIEW_KINDS, kv_entries
 from conformance.verdict.asserts import (
     ClauseViolation,
     assert_equal,

@@ -11,9 +11,11 @@ bit inverted and other scales, get, contains (and delete, get, contains). Drawn 
 zeros, so a drawn overwrite often puts the bytes the key already held, and a store that keeps the
 first put under a key (LMCache's LocalCPU and LocalDisk backends) passed or failed by the seed.
 Then one explicit run per pair of key twins (``KEY_TWINS``: keys that differ only in case, keys of
-256 and of 1024 bytes that differ only in their last character): each twin put, with other bytes,
-each read back (and one deleted, the other still there). Whether a drawn run meets both twins
-depends on its draws; a store that folds case or caps its keys must fail whatever they were.
+256 and of 1024 bytes that differ only in their last character; ``key_field_twins``: for every field
+of LMCache's layerwise key, early, middle and late, keys of 110, 256 and 1024 bytes that differ only
+in that field's middle character or in all of it): each twin put, with other bytes, each read back
+(and one deleted, the other still there). Whether a drawn run meets both twins depends on its draws;
+a store that folds case, caps, elides or parses its keys must fail whatever they were.
 """
 
 from __future__ import annotations
@@ -25,19 +27,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
+from conformance.contract.keys import KEY_NAMES, KEY_SHAPES, KEY_TWINS, FieldTwins, key_field_twins, pool_keys
 from conformance.contract.spec import KVSpec
 from conformance.contract.store import KVEntry, lossy_tolerance
-from conformance.contract.strategies import (
-    KEY_NAMES,
-    KEY_SHAPES,
-    KEY_TWINS,
-    KeyTwins,
-    bit_patterns,
-    kv_specs,
-    pool_keys,
-    scales,
-    sweep_entries,
-)
+from conformance.contract.strategies import bit_patterns, kv_specs, scales, small_entry, sweep_entries
 from conformance.verdict import seeds
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_content, float_bits
 from conformance.verdict.clauses import clause, count_example
@@ -140,8 +133,8 @@ def overwrite_run(entry: KVEntry) -> Callable[[StoreMachine], None]:
     return steps
 
 
-def twins_run(entry: KVEntry, twins: KeyTwins) -> Callable[[StoreMachine], None]:
-    first, second = twins.names
+def twins_run(entry: KVEntry, names: tuple[str, str]) -> Callable[[StoreMachine], None]:
+    first, second = names
 
     def steps(machine: StoreMachine) -> None:
         machine.put_entry(first, entry)
@@ -161,6 +154,13 @@ def _twins_label(keys: Mapping[str, str]) -> str:
     return f"{a} and {b}, {len(next(iter(keys.values())))} bytes"
 
 
+def _field_label(twins: FieldTwins) -> str:
+    """Where the twins' keys differ, with a few characters around it."""
+    a, b = twins.keys
+    at = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    return f"'...{a[max(at - 12, 0):at + 12]}...' and '...{b[max(at - 12, 0):at + 12]}...' (at byte {at})"
+
+
 @clause(_CLAUSE)
 def test_state_machine(kv_store):
     def factory() -> StoreMachine:
@@ -174,6 +174,12 @@ def test_state_machine(kv_store):
     label, entry = sweep_entries()[0]
     for twins in KEY_TWINS:
         keys = pool_keys(twins.shape, twins.names)
-        if (found := explicit_failure(kv_store, entry.spec, twins_run(entry, twins), keys)) is not None:
+        if (found := explicit_failure(kv_store, entry.spec, twins_run(entry, twins.names), keys)) is not None:
             raise ClauseViolation(_CLAUSE, f"{found} [the explicit run of {twins.why} ({_twins_label(keys)}), "
                                            f"{label}]")
+    small = small_entry()
+    for field_twins in key_field_twins():
+        keys = dict(zip(("a", "b"), field_twins.keys))
+        if (found := explicit_failure(kv_store, small.spec, twins_run(small, ("a", "b")), keys)) is not None:
+            raise ClauseViolation(_CLAUSE, f"{found} [the explicit run of {field_twins.why}: "
+                                           f"{_field_label(field_twins)}]")
