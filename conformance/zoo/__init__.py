@@ -37,7 +37,7 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
     ZooMember("conformance.zoo.understated_loss:make_store",
               "a quantizing codec that declares less loss than it makes (lossy_tolerance 0.002 for a relative "
               "RMS error near 0.01): its values are held to what it declares",
-              frozenset({"stride_contract", "format_isolation", "state_machine"})),
+              frozenset({"stride_contract", "format_isolation", "state_machine", "long_reuse_distance"})),
     ZooMember("conformance.zoo.scale_dropping:make_store",
               "claims scales but writes k_scale/v_scale as 1.0",
               frozenset({"scales_roundtrip"}), frozenset({"state_machine"})),

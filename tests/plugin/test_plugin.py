@@ -190,7 +190,7 @@ def test_lossy_store_disables_lossless_clauses_and_is_held_to_its_tolerance(run_
     statuses = run.statuses()
     assert statuses["byte_exact_roundtrip"] == statuses["no_aliasing"] == "Disabled"
     assert statuses["stride_contract"] == statuses["format_isolation"] == statuses["state_machine"] == "Pass"
-    assert statuses["dtype_preserved"] == "Pass" and run.returncode == 0, run.output[-3000:]
+    assert statuses["long_reuse_distance"] == statuses["dtype_preserved"] == "Pass" and run.returncode == 0, run.output[-3000:]
 
 
 def test_a_lossy_store_must_state_its_tolerance(run_suite):
