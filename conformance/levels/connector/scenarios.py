@@ -75,6 +75,14 @@ class Prompts:
             tail[0] = LOW_TOKEN + (tail[0] + 1 - LOW_TOKEN) % (self.vocab_size - LOW_TOKEN)
         return self.stored[:k] + tail
 
+    def twin(self, position: int, width: int = 1) -> list[int]:
+        """``stored`` but for its tokens ``position`` to ``position + width``, each another id (the next
+        one): a near miss that shares every token of ``stored`` but those, and so exactly its first
+        ``position`` as a prefix (early, in the middle or late; by one token or by a block)."""
+        changed = [LOW_TOKEN + (token + 1 - LOW_TOKEN) % (self.vocab_size - LOW_TOKEN)
+                   for token in self.stored[position:position + width]]
+        return self.stored[:position] + changed + self.stored[position + width:]
+
 
 @st.composite
 def prompts(draw: st.DrawFn, *, vocab_size: int, max_len: int, min_len: int = 1,

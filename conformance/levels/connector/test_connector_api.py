@@ -337,6 +337,11 @@ EDGES = ((_EDGE, _EDGE + 1),  # the stored prompt and one token more
          (_EDGE - SCENARIO_BLOCK + 3, _EDGE + 1),  # one token past its blocks, diverging in its last block
          (_EDGE - SCENARIO_BLOCK, _EDGE),  # diverging at a block edge
          (_EDGE - 1, _EDGE - 1))  # the stored prompt less its last token
+# Near misses (#53): the stored prompt itself, but for one token or one block, early, in the middle
+# or late (``Prompts.twin``; a negative position counts from the end). A key that skips or samples
+# part of the prompt serves it the stored prompt's KV. (position, width, what changed)
+TWINS = ((0, 1, "its first token"), (2 * SCENARIO_BLOCK, SCENARIO_BLOCK, "its third block"),
+         (-2, 1, "its next-to-last token"))
 
 
 @clause("api_partial_prefix")
@@ -356,6 +361,18 @@ def test_partial_prefix(connector_api):
                                           stored=ps.stored, load=asked, dtype="auto", neighbour=ps.neighbour,
                                           control=True)
         _only_the_shared_prefix(cid, store, load, k, len(ps.stored), context)
+    for i, (position, width, where) in enumerate(TWINS):
+        ps = unique_prompts(connector_api.vocab_size, _EDGE - UNIQUE_PREFIX, 2 * SCENARIO_BLOCK, seed=80 + i)
+        position = position if position >= 0 else len(ps.stored) + position
+        asked = ps.twin(position, width)
+        context = (f"the stored {len(ps.stored)}-token prompt with {where} changed (tokens {position}..{position + width - 1}; "
+                   f"blocks of {SCENARIO_BLOCK}), sharing its first {position} tokens: ")
+        with _connector_faults_fail(cid, context):
+            store, load = _store_and_load(connector_api, (seeded_fill(80 + i), seeded_fill(85 + i)),
+                                          block_size=SCENARIO_BLOCK, layout=connector_api.era.layouts()[0],
+                                          stored=ps.stored, load=asked, dtype="auto", neighbour=ps.neighbour,
+                                          control=True)
+        _only_the_shared_prefix(cid, store, load, position, len(ps.stored), context)
     _partial_prefix_examples(connector_api)
 
 

@@ -95,6 +95,8 @@ EXPECTED = {
     # ExampleConnector with its lifecycle put right (salted key, saved once computed, async saves
     # reported once): only its file format's bugs are left; each known-bad below breaks one thing.
     GOOD + "lifecycle:LifecycleConnector": FILE_STORE_BUGS,
+    # Keyed by the prompt less its first token: the stored prompt with only that token changed is served it.
+    ZOO + "first_token_blind:FirstTokenBlindConnector": {"api_partial_prefix"} | FILE_STORE_BUGS,
     ZOO + "salt_blind:SaltBlindConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
     ZOO + "lora_blind:LoraBlindConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     ZOO + "embeds_blind:EmbedsBlindConnector": {"api_prompt_embeds"} | FILE_STORE_BUGS,
