@@ -340,7 +340,7 @@ EDGES = ((_EDGE, _EDGE + 1),  # the stored prompt and one token more
 # Near misses (#53): the stored prompt itself, but for one token or one block, early, in the middle
 # or late (``Prompts.twin``; a negative position counts from the end). A key that skips or samples
 # part of the prompt serves it the stored prompt's KV. (position, width, what changed)
-TWINS = ((0, 1, "its first token"), (2 * SCENARIO_BLOCK, SCENARIO_BLOCK, "its third block"),
+PROMPT_TWINS = ((0, 1, "its first token"), (2 * SCENARIO_BLOCK, SCENARIO_BLOCK, "its third block"),
          (-2, 1, "its next-to-last token"))
 
 
@@ -361,7 +361,7 @@ def test_partial_prefix(connector_api):
                                           stored=ps.stored, load=asked, dtype="auto", neighbour=ps.neighbour,
                                           control=True)
         _only_the_shared_prefix(cid, store, load, k, len(ps.stored), context)
-    for i, (position, width, where) in enumerate(TWINS):
+    for i, (position, width, where) in enumerate(PROMPT_TWINS):
         ps = unique_prompts(connector_api.vocab_size, _EDGE - UNIQUE_PREFIX, 2 * SCENARIO_BLOCK, seed=80 + i)
         position = position if position >= 0 else len(ps.stored) + position
         asked = ps.twin(position, width)
