@@ -8,27 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from conformance.contract.spec import KVSpec
-from conformance.contract.store import KVEntry, check_entry_matches_spec, logical_bytes, tensor_from_bytes
-from conformance.stores.memory import MemoryStore
+from conformance.zoo.value_capped import ValueCappedStore
 
 INLINE_BELOW = 4096
 ROW_BYTES = 2000
 
 
-class InlineSmallStore(MemoryStore):
-    def put(self, key: str, entry: KVEntry) -> None:
-        check_entry_matches_spec(entry)
-        data = logical_bytes(entry.tensor)
-        self._entries[(key, entry.spec)] = (data[:ROW_BYTES] if len(data) < INLINE_BELOW else data,
-                                            entry.k_scale, entry.v_scale)
+class InlineSmallStore(ValueCappedStore):
+    """A value capped only when it is small: the rest of a small value reads back as zeros."""
 
-    def get(self, key: str, spec: KVSpec) -> KVEntry | None:
-        found = self._entries.get((key, spec))
-        if found is None:
-            return None
-        data, k_scale, v_scale = found
-        return KVEntry(spec, tensor_from_bytes(data.ljust(spec.layer_nbytes, b"\0"), spec), k_scale, v_scale)
+    def kept(self, data: bytes) -> bytes:
+        return data[:ROW_BYTES] if len(data) < INLINE_BELOW else data
 
 
 def make_store(workdir: Path | None = None, **_: Any) -> InlineSmallStore:

@@ -15,9 +15,13 @@ VALUE_CAP = 1 << 20
 
 
 class ValueCappedStore(MemoryStore):
+    def kept(self, data: bytes) -> bytes:
+        """What of a value's bytes it keeps (the rest reads back as zeros)."""
+        return data[:VALUE_CAP]
+
     def put(self, key: str, entry: KVEntry) -> None:
         check_entry_matches_spec(entry)
-        self._entries[(key, entry.spec)] = (logical_bytes(entry.tensor)[:VALUE_CAP], entry.k_scale, entry.v_scale)
+        self._entries[(key, entry.spec)] = (self.kept(logical_bytes(entry.tensor)), entry.k_scale, entry.v_scale)
 
     def get(self, key: str, spec: KVSpec) -> KVEntry | None:
         found = self._entries.get((key, spec))

@@ -346,34 +346,36 @@ PROMPT_TWINS = ((0, 1, "its first token"), (2 * SCENARIO_BLOCK, SCENARIO_BLOCK, 
 
 @clause("api_partial_prefix")
 def test_partial_prefix(connector_api):
-    cid = "api_partial_prefix"
     for i, (shared, length) in enumerate(EDGES):
-        ps = unique_prompts(connector_api.vocab_size, _EDGE - UNIQUE_PREFIX, 2 * SCENARIO_BLOCK,
-                            seed=90 + i)
+        ps = _edge_prompts(connector_api, seed=90 + i)
         # The declared min span lengthens every prompt by whole blocks: the edges stay edges.
         k = shared + SPAN[0]
         asked = ps.diverging(k, length - shared)[: length + SPAN[0]]
-        context = (f"a {len(asked)}-token prompt sharing its first {k} tokens with a stored {len(ps.stored)}-token "
-                   f"one (blocks of {SCENARIO_BLOCK}): ")
-        with _connector_faults_fail(cid, context):
-            store, load = _store_and_load(connector_api, (seeded_fill(90 + i), seeded_fill(95 + i)),
-                                          block_size=SCENARIO_BLOCK, layout=connector_api.era.layouts()[0],
-                                          stored=ps.stored, load=asked, dtype="auto", neighbour=ps.neighbour,
-                                          control=True)
-        _only_the_shared_prefix(cid, store, load, k, len(ps.stored), context)
+        _ask_partial(connector_api, ps, asked, k, seed=90 + i,
+                     context=f"a {len(asked)}-token prompt sharing its first {k} tokens with a stored "
+                             f"{len(ps.stored)}-token one (blocks of {SCENARIO_BLOCK}): ")
     for i, (position, width, where) in enumerate(PROMPT_TWINS):
-        ps = unique_prompts(connector_api.vocab_size, _EDGE - UNIQUE_PREFIX, 2 * SCENARIO_BLOCK, seed=80 + i)
+        ps = _edge_prompts(connector_api, seed=80 + i)
         position = position if position >= 0 else len(ps.stored) + position
-        asked = ps.twin(position, width)
-        context = (f"the stored {len(ps.stored)}-token prompt with {where} changed (tokens {position}..{position + width - 1}; "
-                   f"blocks of {SCENARIO_BLOCK}), sharing its first {position} tokens: ")
-        with _connector_faults_fail(cid, context):
-            store, load = _store_and_load(connector_api, (seeded_fill(80 + i), seeded_fill(85 + i)),
-                                          block_size=SCENARIO_BLOCK, layout=connector_api.era.layouts()[0],
-                                          stored=ps.stored, load=asked, dtype="auto", neighbour=ps.neighbour,
-                                          control=True)
-        _only_the_shared_prefix(cid, store, load, position, len(ps.stored), context)
+        _ask_partial(connector_api, ps, ps.twin(position, width), position, seed=80 + i,
+                     context=f"the stored {len(ps.stored)}-token prompt with {where} changed (tokens {position}.."
+                             f"{position + width - 1}; blocks of {SCENARIO_BLOCK}), sharing its first {position} tokens: ")
     _partial_prefix_examples(connector_api)
+
+
+def _edge_prompts(api, *, seed: int):
+    """A stored prompt of the edges' length and its neighbour."""
+    return unique_prompts(api.vocab_size, _EDGE - UNIQUE_PREFIX, 2 * SCENARIO_BLOCK, seed=seed)
+
+
+def _ask_partial(api, ps, asked: list[int], k: int, *, seed: int, context: str) -> None:
+    """``ps.stored`` stored, then ``asked`` (which shares its first ``k`` tokens) loaded: at most those."""
+    cid = "api_partial_prefix"
+    with _connector_faults_fail(cid, context):
+        store, load = _store_and_load(api, (seeded_fill(seed), seeded_fill(seed + 5)), block_size=SCENARIO_BLOCK,
+                                      layout=api.era.layouts()[0], stored=ps.stored, load=asked, dtype="auto",
+                                      neighbour=ps.neighbour, control=True)
+    _only_the_shared_prefix(cid, store, load, k, len(ps.stored), context)
 
 
 @functools.partial(count_examples, seed_name="api_partial_prefix")  # the draws it made before its edges
