@@ -247,7 +247,7 @@ def sweep_entries(*, kinds: Sequence[str] = ("contiguous",), limits: Sequence[in
     dtypes = list(active_kv_cache_dtypes())
     for i, dtype in enumerate(dtypes):
         spec = _sweep_spec(dtype, num_blocks=1)
-        out.append((f"kv_cache_dtype={dtype}", _sweep_entry(spec, kinds[i % len(kinds)], seed=i)))
+        out.append((f"kv_cache_dtype={dtype}", seeded_entry(spec, kinds[i % len(kinds)], seed=i)))
     small = small_entry(kinds[len(dtypes) % len(kinds)])
     out.append((f"{small.spec.layer_nbytes} bytes (the smallest real entry, {small.spec.kv_cache_dtype})", small))
     first = _sweep_spec(dtypes[0], num_blocks=1)
@@ -255,7 +255,7 @@ def sweep_entries(*, kinds: Sequence[str] = ("contiguous",), limits: Sequence[in
     for limit in limits:
         for blocks in sorted({max(1, limit // per_block), limit // per_block + 1}):
             spec = first.replace(num_blocks=blocks)
-            out.append((f"{spec.layer_nbytes} bytes (limit {limit})", _sweep_entry(spec, kinds[0], seed=blocks)))
+            out.append((f"{spec.layer_nbytes} bytes (limit {limit})", seeded_entry(spec, kinds[0], seed=blocks)))
     return out
 
 
@@ -277,13 +277,13 @@ def small_entry_spec(dtypes: Sequence[str]) -> KVSpec:
 
 def small_entry(kind: str = "contiguous", *, seed: int = 7) -> KVEntry:
     """The smallest real entry (``small_entry_spec`` over the active dtypes), its bits from ``seed``."""
-    return _sweep_entry(small_entry_spec(active_kv_cache_dtypes()), kind, seed=seed)
+    return seeded_entry(small_entry_spec(active_kv_cache_dtypes()), kind, seed=seed)
 
 
 def sized_entry(nbytes: int, *, seed: int) -> KVEntry:
     """An entry of the first active dtype in the blocks that make ``nbytes`` (one at least), its bits from ``seed``."""
     first = _sweep_spec(active_kv_cache_dtypes()[0], num_blocks=1)
-    return _sweep_entry(first.replace(num_blocks=max(1, nbytes // first.layer_nbytes)), "contiguous", seed=seed)
+    return seeded_entry(first.replace(num_blocks=max(1, nbytes // first.layer_nbytes)), "contiguous", seed=seed)
 
 
 def _sweep_spec(dtype: str, *, num_blocks: int) -> KVSpec:
@@ -294,7 +294,9 @@ def _sweep_spec(dtype: str, *, num_blocks: int) -> KVSpec:
                   block_size=16, num_kv_heads=8, head_size=128)
 
 
-def _sweep_entry(spec: KVSpec, kind: str, *, seed: int) -> KVEntry:
+def seeded_entry(spec: KVSpec, kind: str = "contiguous", *, seed: int) -> KVEntry:
+    """An entry of ``spec``: random bits from ``seed``, the format's specials at its start, middle
+    and end, realised as ``kind``; scales 1.0 and 0.5."""
     fmt = spec.element_format
     width = fmt.bits // 8
     raw = np.random.default_rng(seed).integers(0, 256, spec.layer_nbytes, dtype=np.uint8)
@@ -313,6 +315,22 @@ def _sweep_entry(spec: KVSpec, kind: str, *, seed: int) -> KVEntry:
 class TwinSpecs(NamedTuple):
     first: KVSpec
     second: KVSpec
+
+
+# Under kv_cache_dtype "auto" the cache takes the model's dtype: two specs of one config string whose
+# bytes mean different things, told apart only by their model dtype (a near miss of the format twins,
+# which swap the config string).
+MODEL_DTYPE_TWINS: tuple[tuple[str, str], ...] = (("bfloat16", "float16"), ("float16", "float32"))
+
+
+def model_dtype_twins() -> list[TwinSpecs]:
+    """Specs identical but for their model dtype, under "auto" (none unless "auto" is active)."""
+    if "auto" not in active_kv_cache_dtypes():
+        return []
+    heads, head_size = SMALL_ENTRY_GEOMETRY
+    base = KVSpec(kv_cache_dtype="auto", layout=Layout.KV_FIRST, num_blocks=1, block_size=16, num_kv_heads=heads,
+                  head_size=head_size)
+    return [TwinSpecs(base.replace(model_dtype=a), base.replace(model_dtype=b)) for a, b in MODEL_DTYPE_TWINS]
 
 
 def active_format_twins() -> list[tuple[str, str]]:

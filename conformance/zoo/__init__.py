@@ -84,6 +84,10 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
               "ignores a put of a key it holds and keeps serving the first entry (LMCache's LocalCPU "
               "and LocalDisk backends)",
               frozenset({"state_machine"})),
+    ZooMember("conformance.zoo.config_string_key:make_store",
+              "files an entry under the kv_cache_dtype string, not the model's dtype: under 'auto' a bf16 "
+              "model's cache and an fp16 model's are one format, served to each other",
+              frozenset({"format_isolation"})),
     ZooMember("conformance.zoo.middle_elided_key:make_store",
               "shortens a key past 200 bytes to its first and last 96 characters: long keys that differ only "
               "in a middle field (a fine-tune's model path) collide",

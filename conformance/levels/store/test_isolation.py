@@ -13,7 +13,9 @@ from conformance.contract.strategies import (
     bit_patterns,
     format_twins,
     kv_entries,
+    model_dtype_twins,
     scales,
+    seeded_entry,
 )
 from conformance.verdict.asserts import ClauseViolation, assert_equal, assert_same_content
 from conformance.verdict.clauses import clause, count_examples
@@ -30,6 +32,13 @@ def test_format_isolation(kv_store):
         not_runnable(f"no two of the active kv_cache_dtypes "
                      f"{list(active_kv_cache_dtypes())} differ in format")
     check_format_isolation(kv_store)
+    for n, twins in enumerate(model_dtype_twins()):
+        try:
+            assert_isolated(kv_store, *(seeded_entry(spec, seed=70 + 2 * n + i) for i, spec in enumerate(twins)))
+        except AssertionError as exc:
+            exc.add_note(f"in the explicit model-dtype twins under kv_cache_dtype=auto: {twins.first.model_dtype} "
+                         f"and {twins.second.model_dtype} models' caches")
+            raise
 
 
 @count_examples
@@ -38,6 +47,11 @@ def check_format_isolation(kv_store, twins, data):
     first, second = (KVEntry(spec, data.draw(bit_patterns(spec), label=f"content[{i}]"),
                              data.draw(scales, label=f"k_scale[{i}]"), data.draw(scales, label=f"v_scale[{i}]"))
                      for i, spec in enumerate(twins))
+    assert_isolated(kv_store, first, second)
+
+
+def assert_isolated(kv_store, first: KVEntry, second: KVEntry) -> None:
+    """Twins under one key: neither is served for the other, and with both stored each reads its own."""
     key = fresh_key()
     kv_store.put(key, first)
     why = f"only {first.spec.describe()} was stored under that key"
