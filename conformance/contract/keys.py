@@ -19,6 +19,9 @@ KEY_SHAPES = ("hash", "lmcache", "long", "lmcache_256", "lmcache_1024")
 _LONG_KEY_BYTES = {"lmcache_256": 256, "lmcache_1024": 1024}
 _SNAPSHOT = ("/mnt/shared/hf-cache/hub/models--Qwen--Qwen3-Coder-480B-A35B-Instruct-FP8/snapshots/"
              "9d1d8b5d4b5ad1d2a5d3bd3e0b5d9f0e7a1c2b3d/")
+# The snapshot path going deeper (a tenant's fine-tune under it): cut to a length, the model path of
+# a key that must have an exact length.
+_DEEP_MODEL = _SNAPSHOT + "finetunes/tenant-" + "0123456789abcdef" * 64
 
 # The names of a run's key pool (``pool_keys``): "A" is "a" in another case, so a store that folds
 # case (a case-insensitive file system, a lower()ing normaliser) serves one for the other.
@@ -63,17 +66,20 @@ class FieldTwins(NamedTuple):
                 f"(field {KEY_FIELDS.index(self.field) + 1} of {len(KEY_FIELDS)})")
 
 
+def _chunk_hash() -> str:
+    """A chunk hash no other key has (64 hex characters)."""
+    return hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+
+
 def key_fields(length: int | None = None) -> list[str]:
     """A fresh layerwise key's fields; with ``length`` the model path goes deeper (a tenant's fine-tune
     under a snapshot) until the joined key has exactly that many bytes."""
-    chunk = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
-    fields = ["vllm", "/models/Qwen3-30B-A3B-FP8", "8", "3", chunk, "bfloat16", "0"]
+    fields = ["vllm", "/models/Qwen3-30B-A3B-FP8", "8", "3", _chunk_hash(), "bfloat16", "0"]
     if length is not None:
         room = length - (len("@".join(fields)) - len(fields[1]))
-        model = _SNAPSHOT + "finetunes/tenant-" + "0123456789abcdef" * 64
-        if room > len(model) or room < 1:
+        if room > len(_DEEP_MODEL) or room < 1:
             raise ValueError(f"no key of {length} bytes has these fields")
-        fields[1] = model[:room]
+        fields[1] = _DEEP_MODEL[:room]
     return fields
 
 
@@ -118,7 +124,7 @@ def pool_keys(shape: str, names: Sequence[str] = KEY_NAMES) -> dict[str, str]:
 def realistic_key(shape: str, *, room: int = 0) -> str:
     """A key no other example uses, shaped as ``shape`` says (one of ``KEY_SHAPES``). A long
     LMCache shape is ``room`` bytes short of its length, for a suffix the caller appends."""
-    chunk = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    chunk = _chunk_hash()
     if shape == "hash":
         return chunk
     if shape == "lmcache":
@@ -129,9 +135,7 @@ def realistic_key(shape: str, *, room: int = 0) -> str:
     if shape in _LONG_KEY_BYTES:
         tail = f"@8@3@{chunk}@bfloat16"  # "@" and the layer id: the caller's suffix
         pad = _LONG_KEY_BYTES[shape] - room - len(_SNAPSHOT) - len(tail)
-        # The snapshot path goes deeper (a tenant's fine-tune under it) until the key has its length.
-        model = _SNAPSHOT + "/".join(["finetunes", "tenant-" + "0123456789abcdef" * 64])[:max(pad, 0)]
-        return model + tail
+        return _DEEP_MODEL[:len(_SNAPSHOT) + max(pad, 0)] + tail
     raise ValueError(f"key shape {shape!r}; valid: {', '.join(KEY_SHAPES)}")
 
 

@@ -28,6 +28,7 @@ from conformance.contract.spec import (
     KVSpec,
     Layout,
     StrideOrder,
+    resolve_kv_cache_dtype,
 )
 from conformance.contract.store import KVEntry
 
@@ -269,7 +270,7 @@ def small_entry_spec(dtypes: Sequence[str]) -> KVSpec:
     """The smallest real entry (``SMALL_ENTRY_GEOMETRY``, one block of 16) in the first 8-bit format of
     ``dtypes`` (else the first of them)."""
     usable = [d for d in dtypes if d != "fp8_ds_mla"] or ["auto"]
-    narrow = [d for d in usable if KVSpec(kv_cache_dtype=d, model_dtype="bfloat16").element_format.bits == 8]
+    narrow = [d for d in usable if resolve_kv_cache_dtype(d, "bfloat16")[1].bits == 8]
     heads, head_size = SMALL_ENTRY_GEOMETRY
     return KVSpec(kv_cache_dtype=(narrow or usable)[0], model_dtype="bfloat16", layout=Layout.KV_FIRST,
                   num_blocks=1, block_size=16, num_kv_heads=heads, head_size=head_size)
@@ -327,9 +328,7 @@ def model_dtype_twins() -> list[TwinSpecs]:
     """Specs identical but for their model dtype, under "auto" (none unless "auto" is active)."""
     if "auto" not in active_kv_cache_dtypes():
         return []
-    heads, head_size = SMALL_ENTRY_GEOMETRY
-    base = KVSpec(kv_cache_dtype="auto", layout=Layout.KV_FIRST, num_blocks=1, block_size=16, num_kv_heads=heads,
-                  head_size=head_size)
+    base = small_entry_spec(["auto"])
     return [TwinSpecs(base.replace(model_dtype=a), base.replace(model_dtype=b)) for a, b in MODEL_DTYPE_TWINS]
 
 

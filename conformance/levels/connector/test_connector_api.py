@@ -341,7 +341,7 @@ EDGES = ((_EDGE, _EDGE + 1),  # the stored prompt and one token more
 # or late (``Prompts.twin``; a negative position counts from the end). A key that skips or samples
 # part of the prompt serves it the stored prompt's KV. (position, width, what changed)
 PROMPT_TWINS = ((0, 1, "its first token"), (2 * SCENARIO_BLOCK, SCENARIO_BLOCK, "its third block"),
-         (-2, 1, "its next-to-last token"))
+                (-2, 1, "its next-to-last token"))
 
 
 @clause("api_partial_prefix")
