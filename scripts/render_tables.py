@@ -1,7 +1,8 @@
 """Rewrite the documents' generated tables from the project's data:
 
 - README.md's clause table (``clauses`` block) from CLAUSES;
-- docs/matrix.md's known failures (``expectations`` block) from matrix.yaml.
+- docs/matrix.md's known failures (``expectations`` block) from matrix.yaml;
+- docs/input-audit.md's near-miss table (``audit`` block) from the input audit.
 
     python scripts/render_tables.py
 
@@ -19,13 +20,15 @@ sys.path.insert(0, str(ROOT))
 from conformance.matrix import definition  # noqa: E402
 from conformance.matrix.expectation_table import expectation_table  # noqa: E402
 from conformance.util.generated import splice  # noqa: E402
+from conformance.verdict import audit  # noqa: E402
 from conformance.verdict.clause_table import clause_table  # noqa: E402
 
 
 def tables() -> dict[Path, tuple[str, str]]:
     """Each generated block: its document -> (block name, what it must hold)."""
     return {ROOT / "README.md": ("clauses", clause_table()),
-            ROOT / "docs" / "matrix.md": ("expectations", expectation_table(definition.load(ROOT / "matrix.yaml")))}
+            ROOT / "docs" / "matrix.md": ("expectations", expectation_table(definition.load(ROOT / "matrix.yaml"))),
+            ROOT / "docs" / "input-audit.md": (audit.BLOCK, audit.render())}
 
 
 def main() -> int:

@@ -47,14 +47,18 @@ def lossy_tolerance(store: Any) -> float | None:
     return float(store.lossy_tolerance) if "lossy" in store.capabilities else None
 
 
-DAMAGE_KINDS = ("truncate", "flip")
+# How the at_rest hook is asked to damage an entry: its last element cut, its last byte's low bit
+# flipped, its first byte's low bit flipped (a header, a length, a magic), its second half gone (a full
+# disk). A hook written for the first two only may refuse the others (ValueError): they are not drawn then.
+DAMAGE_KINDS = ("truncate", "flip", "flip_first", "halve")
+FIRST_DAMAGE_KINDS = ("truncate", "flip")
 
 
 def damaged(blob: bytes, how: str, *, element_size: int = 1) -> bytes:
     """``blob`` as a disk or a network damages it.
 
     ``truncate`` drops the last element (``element_size`` bytes), ``flip`` flips the low bit of the
-    last byte (the ``at_rest`` capability's two kinds); ``flip_middle`` inverts the middle byte, as
+    last byte, ``flip_first`` that of the first; ``flip_middle`` inverts the middle byte, as
     bit rot or a torn write leaves a file whose layout the suite does not know; ``halve`` keeps the
     first half, cut mid-tensor, as a full disk leaves it.
     """
@@ -63,12 +67,14 @@ def damaged(blob: bytes, how: str, *, element_size: int = 1) -> bytes:
         del data[len(data) - max(1, element_size):]
     elif how == "flip":
         data[-1] ^= 0x01
+    elif how == "flip_first":
+        data[0] ^= 0x01
     elif how == "flip_middle":
         data[len(data) // 2] ^= 0xFF
     elif how == "halve":
         del data[len(data) // 2:]
     else:
-        raise ValueError(f"how={how!r}, but valid: {', '.join(DAMAGE_KINDS)}, flip_middle, halve")
+        raise ValueError(f"how={how!r}, but valid: {', '.join(DAMAGE_KINDS)}, flip_middle")
     return bytes(data)
 
 

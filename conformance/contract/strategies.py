@@ -251,6 +251,9 @@ def sweep_entries(*, kinds: Sequence[str] = ("contiguous",), limits: Sequence[in
         out.append((f"kv_cache_dtype={dtype}", seeded_entry(spec, kinds[i % len(kinds)], seed=i)))
     small = small_entry(kinds[len(dtypes) % len(kinds)])
     out.append((f"{small.spec.layer_nbytes} bytes (the smallest real entry, {small.spec.kv_cache_dtype})", small))
+    wide = wide_entry(kinds[(len(dtypes) + 1) % len(kinds)])
+    out.append((f"{wide.spec.num_blocks:,} blocks of {wide.spec.block_size} token (a dimension past 16 bits, "
+                f"{wide.spec.kv_cache_dtype})", wide))
     first = _sweep_spec(dtypes[0], num_blocks=1)
     per_block = first.layer_nbytes
     for limit in limits:
@@ -279,6 +282,18 @@ def small_entry_spec(dtypes: Sequence[str]) -> KVSpec:
 def small_entry(kind: str = "contiguous", *, seed: int = 7) -> KVEntry:
     """The smallest real entry (``small_entry_spec`` over the active dtypes), its bits from ``seed``."""
     return seeded_entry(small_entry_spec(active_kv_cache_dtypes()), kind, seed=seed)
+
+
+# A dimension past 65,535: a pool of 65,537 one-token blocks (vLLM pools hold 100k blocks and more on a
+# large GPU; block_size 1 is what MLA and sparse backends ask). A store that packs a shape into 16-bit
+# fields, or indexes blocks by uint16, wraps it to 1; the entry is 8 MiB in an 8-bit format.
+WIDE_BLOCKS = (1 << 16) + 1
+
+
+def wide_entry(kind: str = "contiguous", *, seed: int = 11) -> KVEntry:
+    """The smallest real entry's heads and format, in ``WIDE_BLOCKS`` one-token blocks."""
+    spec = small_entry_spec(active_kv_cache_dtypes()).replace(num_blocks=WIDE_BLOCKS, block_size=1)
+    return seeded_entry(spec, kind, seed=seed)
 
 
 def sized_entry(nbytes: int, *, seed: int) -> KVEntry:

@@ -209,6 +209,12 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "and it still loads the most recent prompt afterwards (it degrades to a miss, never to empty); a "
            "run that evicted nothing is Not exercised",
            requires=frozenset({"cache", "capacity"}), needs_load=True),
+    Clause("api_reuse_distance", _CONNECTOR,
+           "whatever its capacity, declared or not: 32 prompts of 12 blocks (12 MiB of KV on a bf16 cache, more than a "
+           "small cache holds) stored four at a time, then each asked for again oldest first, the first after 31 "
+           "others, are each loaded byte for byte or missed: never other bytes, zeros or a raised hook; and the last "
+           "asked still load afterwards (a bounded cache degrades to a miss, never to empty)",
+           requires=_CACHE, needs_load=True),
     Clause("api_load_errors_reported", _CONNECTOR,
            "with each stored file cut short (its last byte gone), the connector loads nothing or reports "
            "the blocks it could not read (get_block_ids_with_load_errors, in the step of the load): it "
@@ -370,7 +376,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "state_machine", "long_reuse_distance",
         "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_multimodal_isolation",
         "api_chunked_prefill", "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
-        "api_connector_stats", "api_kv_events", "api_cache_pressure", "engine_cache_pressure", "engine_cache_salt",
+        "api_connector_stats", "api_kv_events", "api_cache_pressure", "api_reuse_distance", "engine_cache_pressure", "engine_cache_salt",
         "engine_lora_isolation", "engine_prompt_embeds", "engine_multimodal_isolation",
         "engine_abort", "engine_block_reuse"),
     "API requirements": ("api_requirements",),

@@ -101,6 +101,10 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
               "a bounded store (32 MiB, declared nowhere) that evicts an entry's bytes but keeps its index: "
               "contains says yes and get serves zeros after a long reuse distance",
               frozenset({"long_reuse_distance"})),
+    ZooMember("conformance.zoo.short_dims:make_store",
+              "packs an entry's shape into 16-bit fields and reads the bytes back by it: a dimension past "
+              "65,535 (a pool of 65,537 one-token blocks) wraps to 1, the rest of the entry dropped",
+              frozenset({"byte_exact_roundtrip", "shape_preserved", "stride_contract", "state_machine"})),
     ZooMember("conformance.zoo.resurrecting_delete:make_store",
               "delete drops the index entry but get still serves the bytes",
               frozenset({"state_machine"})),

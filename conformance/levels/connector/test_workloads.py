@@ -136,6 +136,10 @@ def test_mixed_hits(connector_api):
 PRESSURE_BATCH = 4  # prompts a phase admits together
 MAX_PRESSURE_PROMPTS = 48
 PRESSURE_PROMPT_BLOCKS = (2, 64)  # each prompt's length, in blocks, at least and at most
+# The workload every cache meets, capacity declared or not: prompts of 12 blocks, 12 MiB of KV on the
+# suite's models in bf16 (6 MiB in fp8), more than a small cache (a 4 MiB LRU, a disk quota) holds.
+REUSE_PROMPTS = 32
+REUSE_PROMPT_BLOCKS = 12
 
 
 @clause("api_cache_pressure")
@@ -144,7 +148,7 @@ def test_cache_pressure(connector_api):
     api: ConnectorHarness = connector_api
     capacity = api.connector.capacity_bytes
     assert capacity is not None  # the clause requires capacity=BYTES
-    token_bytes = _kv_bytes_per_token(api)
+    token_bytes = _kv_bytes_per_token(api, cid)
     low, high = PRESSURE_PROMPT_BLOCKS
     blocks = min(high, max(low, capacity // (8 * token_bytes * BS)))
     length = blocks * BS + 3 + SPAN[0]
@@ -154,10 +158,41 @@ def test_cache_pressure(connector_api):
                      f"{MAX_PRESSURE_PROMPTS} prompts of {length} tokens ({length * token_bytes} bytes of KV each) can "
                      f"fill {PRESSURE_FACTOR} times over: configure the connector with a smaller bound for this run "
                      "and declare that capacity")
+    stored_kv = count * length * token_bytes
+    context = (f"with {count} prompts of {length} tokens ({stored_kv / 2**20:.1f} MiB of KV, {stored_kv / capacity:.1f} "
+               f"times the declared capacity of {capacity} bytes) stored {PRESSURE_BATCH} at a time, then each asked "
+               "for again, newest first: ")
+    missed = _pressure(api, cid, context, count, length, newest_first=True)
+    if not missed:
+        not_exercised(f"{context}every prompt loaded back whole: nothing was evicted (is the "
+                      "declared capacity what the connector's configuration holds?)")
+    observe(f"{len(missed)} of {count} prompts evicted or partly missed ({', '.join(missed[:6])}"
+            f"{', ...' if len(missed) > 6 else ''}), {count - len(missed)} loaded whole; "
+            f"{stored_kv / capacity:.1f}x the declared capacity stored")
+
+
+@clause("api_reuse_distance")
+def test_reuse_distance(connector_api):
+    cid = "api_reuse_distance"
+    api: ConnectorHarness = connector_api
+    length = REUSE_PROMPT_BLOCKS * BS + 3 + SPAN[0]
+    stored_kv = REUSE_PROMPTS * length * _kv_bytes_per_token(api, cid)
+    context = (f"with {REUSE_PROMPTS} prompts of {length} tokens ({stored_kv / 2**20:.1f} MiB of KV; no capacity "
+               f"declared, none assumed) stored {PRESSURE_BATCH} at a time, then each asked for again, oldest first "
+               f"(the first after {REUSE_PROMPTS - 1} others were stored): ")
+    missed = _pressure(api, cid, context, REUSE_PROMPTS, length, newest_first=False)
+    observe(f"{len(missed)} of {REUSE_PROMPTS} prompts evicted or partly missed, {REUSE_PROMPTS - len(missed)} loaded "
+            f"whole, after {stored_kv / 2**20:.1f} MiB of KV stored")
+
+
+def _pressure(api: ConnectorHarness, cid: str, context: str, count: int, length: int, *, newest_first: bool) -> list[str]:
+    """Store ``count`` prompts of ``length`` tokens, ask for each again (newest or oldest first), then the
+    last asked once more each: every load is byte for byte a source's, and the last asked still load.
+    The prompts that missed or loaded in part, oldest first."""
     prompts = {f"p{i}": unique_prompts(api.vocab_size, length - UNIQUE_PREFIX, seed=700 + i, spanned=False).stored
                for i in range(count)}
     order = list(prompts)
-    again = order[::-1]  # another order than they were stored in: the oldest asked for last
+    again = order[::-1] if newest_first else order
     batches = [order[i:i + PRESSURE_BATCH] for i in range(0, count, PRESSURE_BATCH)]
     asks = [again[i:i + PRESSURE_BATCH] for i in range(0, count, PRESSURE_BATCH)]
     phases = [Phase([(rid, prompts[rid]) for rid in batch], seeded_fill(800 + n)) for n, batch in enumerate(batches)]
@@ -167,10 +202,6 @@ def test_cache_pressure(connector_api):
     # completes asynchronously has the phases before its turn to land.
     recent = asks[-1]
     phases += [Phase([(f"{rid}-recent", prompts[rid])], seeded_fill(990 + n)) for n, rid in enumerate(recent)]
-    stored_kv = count * length * token_bytes
-    context = (f"with {count} prompts of {length} tokens ({stored_kv / 2**20:.1f} MiB of KV, {stored_kv / capacity:.1f} "
-               f"times the declared capacity of {capacity} bytes) stored {PRESSURE_BATCH} at a time, then each asked "
-               "for again, newest first: ")
     knobs = {"max_model_len": length + BS, "max_num_batched_tokens": PRESSURE_BATCH * (length + BS)}
     with connector_faults_fail(cid, context):
         runs = scenario_lifetime(api, phases, num_blocks=PRESSURE_BATCH * (length // BS + 2) + 2, scheduling=knobs)
@@ -188,21 +219,15 @@ def test_cache_pressure(connector_api):
                                    f"loaded or stored again) were each asked for once more, and the connector claimed "
                                    f"nothing for any {where(finals[-1], 'recent prompts')}: under pressure it degrades "
                                    "to empty, not to a "
-                                   f"miss of what it evicted (tokens loaded per prompt asked for again, newest first: "
+                                   f"miss of what it evicted (tokens loaded per prompt asked for again, in order: "
                                    f"{', '.join(f'{rid} {claimed[rid]}' for rid in again)})")
-    missed = sorted((rid for rid, n in claimed.items() if n < whole), key=order.index)
-    if not missed:
-        not_exercised(f"{context}every prompt loaded back whole: nothing was evicted (is the "
-                      "declared capacity what the connector's configuration holds?)")
-    observe(f"{len(missed)} of {count} prompts evicted or partly missed ({', '.join(missed[:6])}"
-            f"{', ...' if len(missed) > 6 else ''}), {count - len(missed)} loaded whole; "
-            f"{stored_kv / capacity:.1f}x the declared capacity stored")
+    return sorted((rid for rid, n in claimed.items() if n < whole), key=order.index)
 
 
-def _kv_bytes_per_token(api: ConnectorHarness) -> int:
+def _kv_bytes_per_token(api: ConnectorHarness, cid: str) -> int:
     """Bytes of KV a token takes over every layer of the model's caches, read off a one-block probe."""
     probe = unique_prompts(api.vocab_size, BS, seed=7).stored
-    with connector_faults_fail("api_cache_pressure", "measuring a token's KV with a one-block prompt: "):
+    with connector_faults_fail(cid, "measuring a token's KV with a one-block prompt: "):
         (run,) = scenario_lifetime(api, [Phase([("probe", probe)], seeded_fill(7))])
     per_block = sum(by_block(view)[0].numel() * view.element_size() for view in run.caches.values())
     return max(1, per_block // run.block_size)

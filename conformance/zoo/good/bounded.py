@@ -14,9 +14,11 @@ from conformance.zoo.good.lifecycle import LifecycleConnector
 
 
 class BoundedConnector(LifecycleConnector):
+    DEFAULT_CAPACITY = 0  # unbounded unless configured
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._capacity = int(self._kv_transfer_config.get_from_extra_config("capacity_bytes", 0))
+        self._capacity = int(self._kv_transfer_config.get_from_extra_config("capacity_bytes", self.DEFAULT_CAPACITY))
 
     # --- worker side
     def start_load_kv(self, forward_context, **kwargs) -> None:
