@@ -135,8 +135,9 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "kv_load_failure_policy): never other bytes, never an exception that kills the worker",
            requires=_ACROSS, lossless=True, needs_load=True),
     Clause("api_format_isolation", _CONNECTOR,
-           "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16) over the "
-           "same storage loads nothing or reports the load failed: never the other format's bytes",
+           "a connector pair of the twin kv_cache_dtype (fp8_e4m3 vs fp8_e5m2, bf16 vs fp16), or under "
+           "kv_cache_dtype=auto of the model served in another dtype (bf16 vs fp16, fp16 vs fp32: one config string, "
+           "other bytes), over the same storage loads nothing or reports the load failed: never the other format's bytes",
            requires=_ACROSS, needs_load=True),
     Clause("api_model_isolation", _CONNECTOR,
            "an engine of another checkpoint of the model (same architecture, other weights, another "
@@ -376,7 +377,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "state_machine", "long_reuse_distance",
         "api_cache_salt", "api_lora_isolation", "api_prompt_embeds", "api_multimodal_isolation",
         "api_chunked_prefill", "api_abort", "api_preemption", "api_async_load", "api_save_before_free", "api_transfer_reports",
-        "api_connector_stats", "api_kv_events", "api_cache_pressure", "api_reuse_distance", "engine_cache_pressure", "engine_cache_salt",
+        "api_connector_stats", "api_kv_events", "api_cache_pressure", "api_reuse_distance",
+        "engine_cache_pressure", "engine_cache_salt",
         "engine_lora_isolation", "engine_prompt_embeds", "engine_multimodal_isolation",
         "engine_abort", "engine_block_reuse"),
     "API requirements": ("api_requirements",),

@@ -15,7 +15,7 @@ import pytest
 from conformance.verdict.audit import AUDIT, FIELDS, Gap, gaps
 from conformance.verdict.clauses import CLAUSES
 
-LEVELS = Path(importlib.import_module("conformance.levels").__file__).parent  # imports nothing heavy
+LEVELS = Path(str(importlib.import_module("conformance.levels").__file__)).parent  # imports nothing heavy
 
 
 def test_every_clause_is_audited():
@@ -97,7 +97,7 @@ def _imported(module: str) -> list[str]:
     where that is a module)."""
     out = []
     for node in ast.walk(ast.parse(_source(module))):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("conformance"):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("conformance"):
             out.append(node.module)
             out += [f"{node.module}.{a.name}" for a in node.names if _is_module(f"{node.module}.{a.name}")]
         elif isinstance(node, ast.Import):

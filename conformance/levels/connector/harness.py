@@ -90,27 +90,28 @@ class ConnectorHarness:
         return int(json.loads((self.model / "config.json").read_text())["vocab_size"])
 
     def run(self, *, kv_cache_dtype: str, layout: str, block_size: int,
-            requests: Sequence[tuple[Any, ...]], fill: Filler, storage: str, model: Path | None = None) -> Run:
+            requests: Sequence[tuple[Any, ...]], fill: Filler, storage: str, model: Path | None = None,
+            model_dtype: str | None = None) -> Run:
         """One engine's lifetime: ``requests`` scheduled in order, each prefilled and finished."""
         (run,) = self.lifetime(kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size,
-                               phases=[Phase(requests, fill)], storage=storage, model=model)
+                               phases=[Phase(requests, fill)], storage=storage, model=model, model_dtype=model_dtype)
         return run
 
     def lifetime(self, *, kv_cache_dtype: str, layout: str, block_size: int, phases: Sequence[Phase], storage: str,
                  scheduling: Mapping[str, int] | None = None, num_blocks: int | None = None,
-                 model: Path | None = None) -> list[Run]:
+                 model: Path | None = None, model_dtype: str | None = None) -> list[Run]:
         """One engine's lifetime in phases, one Run each. Between phases every request has finished;
         the engine's own prefix cache is then reset and the next phase's fill overwrites every block
         (as vLLM reuses freed blocks), so a later phase can only get earlier KV back through the
         connector, within the same connector pair (a cache that lives inside its engine).
         ``scheduling`` overrides vLLM's scheduler knobs (a small token budget: chunked prefill);
         ``num_blocks`` shrinks the cache (too few blocks: preemptions); ``model`` serves another model
-        directory than the harness's."""
+        directory than the harness's, ``model_dtype`` the model in another dtype."""
         beat()  # a lifetime begins: the supervising parent sees progress
         cold = storage not in self._used
         self._used.add(storage)
         pair = Pair(self, kv_cache_dtype=kv_cache_dtype, layout=layout, block_size=block_size, storage=storage,
-                     scheduling=scheduling, num_blocks=num_blocks or self.num_blocks, model=model,
+                     scheduling=scheduling, num_blocks=num_blocks or self.num_blocks, model=model, model_dtype=model_dtype,
                      serves=frozenset().union(*(phase.serves for phase in phases)))
         runs: list[Run] = []
         try:
@@ -197,7 +198,9 @@ class ConnectorHarness:
             run.blocks[new.req_id] = list(new.block_ids[0])
             run.origin[new.req_id] = list(new.block_ids[0])
             run.group_blocks[new.req_id] = [list(ids) for ids in new.block_ids]
-            run.external_tokens[new.req_id] = new.num_computed_tokens
+            # What the connector loaded: the computed tokens less vLLM's own prefix-cache hits (a batch-mate
+            # sharing a prefix hits the blocks another request of the same step is computing).
+            run.external_tokens[new.req_id] = new.num_computed_tokens - run.claims.get(new.req_id, (0, 0))[0]
             if new.prompt_token_ids and (new.num_computed_tokens + out.num_scheduled_tokens.get(new.req_id, 0)
                                          >= len(new.prompt_token_ids)):
                 run.whole.add(new.req_id)

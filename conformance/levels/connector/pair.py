@@ -53,7 +53,8 @@ class Pair:
 
     def __init__(self, harness: ConnectorHarness, *, kv_cache_dtype: str, layout: str, block_size: int,
                  storage: str, model: Path | None = None, scheduling: Mapping[str, int] | None = None,
-                 num_blocks: int | None = None, role: str | None = None, serves: frozenset[str] = frozenset()) -> None:
+                 num_blocks: int | None = None, role: str | None = None, serves: frozenset[str] = frozenset(),
+                 model_dtype: str | None = None) -> None:
         if "events" in harness.connector.capabilities:  # an engine whose operator turned KV events on
             serves |= {"events"}
         self.harness, era = harness, harness.era
@@ -64,7 +65,7 @@ class Pair:
                                                      role=role)
         self.config = config = harness._setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
-            block_size=block_size, scheduling=scheduling, serves=serves))
+            block_size=block_size, scheduling=scheduling, serves=serves, model_dtype=model_dtype))
         resolved = config.cache_config.cache_dtype
         if resolved != kv_cache_dtype:  # vLLM's own choice for this platform: no such KV cache to judge
             raise DtypeFallback(f"vLLM {era.vllm_version} runs kv_cache_dtype={kv_cache_dtype} as {resolved!r} on "

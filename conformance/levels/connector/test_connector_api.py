@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.contract.strategies import active_kv_cache_dtypes
+from conformance.contract.strategies import MODEL_DTYPE_TWINS, active_kv_cache_dtypes
 from conformance.levels.connector import checks
 from conformance.levels.connector.outcomes import connector_faults_fail as _connector_faults_fail
 from conformance.levels.connector.outcomes import where as _where
@@ -409,31 +409,58 @@ def _only_the_shared_prefix(cid: str, store: Run, load: Run, k: int, stored: int
                                    + "; ".join(problems))
 
 
+# Batch-mates that are near misses of each other (#53): a prompt and its twin but for its first token
+# (no prefix shared: every block of one in the other's place), or its last block (all but it shared),
+# admitted in one step. A key that skips or samples part of a prompt files both under one name.
+BATCH_TWINS = ((0, 1, "their first token"), (-SCENARIO_BLOCK, SCENARIO_BLOCK, "their last block"))
+
+
 @clause("api_concurrent_loads")
+def test_concurrent_loads(connector_api):
+    for i, (position, width, where) in enumerate(BATCH_TWINS):
+        ps = _edge_prompts(connector_api, seed=60 + i)
+        position = position if position >= 0 else len(ps.stored) + position
+        _load_together(connector_api, [("first", ps.stored), ("twin", ps.twin(position, width))],
+                       (seeded_fill(60 + i), seeded_fill(65 + i)), block_size=SCENARIO_BLOCK, dtype="auto",
+                       layout=connector_api.era.layouts()[0],
+                       context=f"two {len(ps.stored)}-token prompts that differ only in {where} (tokens {position}.."
+                               f"{position + width - 1}), admitted in one step: ")
+    _concurrent_examples(connector_api)
+
+
+@functools.partial(count_examples, seed_name="api_concurrent_loads")
 @_costly
 @given(data=st.data())
-def test_concurrent_loads(connector_api, data):
-    cid = "api_concurrent_loads"
+def _concurrent_examples(connector_api, data):
     # Both prompts span whole blocks of every block size, so each has KV to load in every example.
     span = max(BLOCK_SIZES)
     block_size, dtype, layout, ps = _draw_case(data, connector_api, min_len=span, min_neighbour_len=span)
-    # Each run admits both in one scheduler step; the load run in the other order, so that each
-    # request's blocks differ from the ones it saved from.
-    batch = [("first", ps.stored), ("second", ps.neighbour)]
+    _load_together(connector_api, [("first", ps.stored), ("second", ps.neighbour)], _drawn_fills(data, dtype),
+                   block_size=block_size, dtype=dtype, layout=layout)
+
+
+def _load_together(api, batch: list[tuple[str, list[int]]], fills, *, block_size: int, dtype: str, layout,
+                   context: str = "") -> None:
+    """``batch`` admitted in one step, saved, then loaded together in the other order (so each request's
+    blocks differ from the ones it saved from): each loads only KV a request with its prefix computed."""
+    cid = "api_concurrent_loads"
     storage = f"concurrent-{uuid.uuid4().hex[:12]}"
-    fills = _drawn_fills(data, dtype)
-    with _connector_faults_fail(cid):
-        store = connector_api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=batch,
-                                  fill=fills[0], storage=storage)
-        load = connector_api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
-                                 requests=batch[::-1], fill=fills[1], storage=storage)
-    for rid, _ in batch:
+    # Blocks and a token budget for the whole batch: every request looked up in the step before any is saved.
+    tokens = sum(len(prompt) for _, prompt in batch)
+    budget = {"max_num_batched_tokens": max(tokens + block_size, 4096)}
+    blocks = max(api.num_blocks, tokens // block_size + 2 * len(batch))
+    with _connector_faults_fail(cid, context):
+        store, load = (api.lifetime(kv_cache_dtype=dtype, layout=layout, block_size=block_size, storage=storage,
+                                    phases=[Phase(requests, fill)], scheduling=budget, num_blocks=blocks)[0]
+                       for requests, fill in ((batch, fills[0]), (batch[::-1], fills[1])))
+    sources = [checks.Source(store, rid, prompt) for rid, prompt in batch]
+    for rid, prompt in batch:
         n = load.external_tokens.get(rid, 0)
-        problems = checks.loaded_differences(store, rid, load, rid, n)
+        problems = checks.unsourced_tokens(sources, load, rid, prompt, 0, n)
         if problems:
             loaded = {r: load.external_tokens.get(r, 0) for r, _ in batch}
-            raise ClauseViolation(cid, f"of {len(batch)} requests loading in one step ({loaded} tokens), the "
-                                       f"{rid} request's loaded bytes differ from what it saved "
+            raise ClauseViolation(cid, f"{context}of {len(batch)} requests loading in one step ({loaded} tokens), the "
+                                       f"{rid} request's loaded bytes are not what a request with its prefix saved "
                                        f"{_where(load, f'{n} tokens loaded')}: " + "; ".join(problems))
 
 
@@ -488,9 +515,41 @@ def test_damaged_storage(connector_api, dtype):
 @clause("api_format_isolation")
 def test_format_isolation(connector_api):
     twins = [d for d in TWINS if d in active_kv_cache_dtypes()]
-    if not twins:
+    if not twins and "auto" not in active_kv_cache_dtypes():
         pytest.skip("no kv_cache_dtype with a twin format in --kv-cache-dtypes")
-    _format_isolation_examples(connector_api, twins, {"same_format_loaded": False})
+    evidence = {"same_format_loaded": False}
+    if "auto" in active_kv_cache_dtypes():
+        _model_dtype_twins(connector_api, evidence)
+    if twins:
+        _format_isolation_examples(connector_api, twins, evidence)
+
+
+def _model_dtype_twins(api, evidence: dict[str, bool]) -> None:
+    """Near misses (#53) of the format twins: under kv_cache_dtype=auto the cache takes the model's dtype,
+    so the model served as bf16 and as fp16 (or fp32) writes other bytes under one config string. A
+    pair of each twin over the same storage: the second loads nothing or reports the load failed."""
+    cid = "api_format_isolation"
+    block_size, layout = SCENARIO_BLOCK, api.era.layouts()[0]
+    for i, (first, second) in enumerate(MODEL_DTYPE_TWINS):
+        ps = _edge_prompts(api, seed=40 + i)
+        storage = f"model-dtype-{uuid.uuid4().hex[:12]}"
+        context = (f"kv_cache_dtype=auto with the model served as {first}, then as {second} over the same storage "
+                   f"(one config string, other bytes): ")
+        with _connector_faults_fail(cid, context):
+            api.run(kv_cache_dtype="auto", layout=layout, block_size=block_size, requests=[("stored", ps.stored)],
+                    fill=seeded_fill(40 + i), storage=storage, model_dtype=first)
+            load = api.run(kv_cache_dtype="auto", layout=layout, block_size=block_size, model_dtype=second,
+                           requests=[("neighbour", ps.neighbour), ("load", ps.stored)], fill=seeded_fill(45 + i),
+                           storage=storage)
+        n = load.external_tokens.get("load", 0)
+        if n > 0 and not set(load.blocks.get("load", ())[: -(-n // block_size)]) <= load.load_errors:
+            raise ClauseViolation(cid, f"{context}the {second} pair loaded {n} tokens the {first} pair stored: it was "
+                                       f"served the other dtype's bytes {_where(load, 'twin load')}")
+        if n == 0 and not evidence["same_format_loaded"]:
+            with _connector_faults_fail(cid, context):
+                same = api.run(kv_cache_dtype="auto", layout=layout, block_size=block_size, model_dtype=first,
+                               requests=[("load", ps.stored)], fill=seeded_fill(45 + i), storage=storage)
+            evidence["same_format_loaded"] = same.external_tokens.get("load", 0) > 0
 
 
 @count_examples

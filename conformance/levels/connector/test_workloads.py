@@ -24,6 +24,7 @@ from conformance.levels.connector.scenarios import (
     SCENARIO_BLOCK,
     SPAN,
     UNIQUE_PREFIX,
+    Prompts,
     scenario_lifetime,
     seeded_fill,
     unique_prompts,
@@ -83,7 +84,12 @@ def test_shared_prefix(connector_api):
         c = a[:cut] + _tokens(len(a) - cut, api.vocab_size, length + 3)
         d = a + _tokens(3 * BS, api.vocab_size, length + 4)
         e = system + _tokens(TAIL, api.vocab_size, length + 5)
-        asked = {"b-again": b, "c-again": c, "a-again": a, "d-extends-a": d, "e-shares-the-system-prompt": e}
+        # Near misses (#53): a but for its first token (every block after it shared, none as a prefix), and
+        # a but for one token mid-way through the system prompt (a sampled or elided hash of a long prompt).
+        twins = Prompts(a, [], api.vocab_size)
+        f, g = twins.twin(0), twins.twin(len(system) // 2)
+        asked = {"b-again": b, "c-again": c, "a-again": a, "d-extends-a": d, "e-shares-the-system-prompt": e,
+                 "f-a-but-its-first-token": f, "g-a-but-one-middle-token": g}
         stored = {"a": a, "b": b, "c": c}
         phases = [Phase([(rid, p)], seeded_fill(length + i)) for i, (rid, p) in enumerate(stored.items())]
         phases += [Phase([(rid, p)], seeded_fill(length + 10 + i)) for i, (rid, p) in enumerate(asked.items())]

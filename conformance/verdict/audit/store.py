@@ -1,8 +1,9 @@
-"""The input audit of the store-level clauses (``conformance/verdict/audit``): each field its promise depends on, and the near miss drawn in it."""
+"""The input audit of the store-level clauses (``conformance/verdict/audit``): each field its promise
+depends on, and the near miss drawn in it."""
 
 from __future__ import annotations
 
-from conformance.verdict.audit.schema import Gap, Twin
+from conformance.verdict.audit.schema import Twin
 
 _S = "conformance.contract.strategies:"
 _K = "conformance.contract.keys:"

@@ -12,7 +12,7 @@ import os
 
 from conformance.zoo.good.load_error_reporting import LoadErrorReportingConnector
 
-FORMAT_FILE = "kv_cache_dtype"  # beside a prompt's layer files: the format they were stored in
+FORMAT_FILE = "kv_cache_dtype"  # beside a prompt's layer files: the format they were stored in (and model dtype)
 
 
 class FormatRefusingConnector(LoadErrorReportingConnector):
@@ -36,4 +36,6 @@ class FormatRefusingConnector(LoadErrorReportingConnector):
         return os.path.join(folder, FORMAT_FILE)
 
     def _format(self) -> str:
-        return str(self._vllm_config.cache_config.cache_dtype)
+        """The KV's element format: the config string, and under "auto" the model's dtype (the cache
+        takes it, so one string names other bytes)."""
+        return f"{self._vllm_config.cache_config.cache_dtype}/{self._vllm_config.model_config.dtype}"

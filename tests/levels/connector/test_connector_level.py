@@ -42,7 +42,7 @@ EXAMPLE_BUGS = known_failures("ExampleConnector")
 # What the lifecycle control (its key and saves put right) still inherits: its files.
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage", "api_load_errors_reported"}
 # A connector that loads wrong bytes (or another prompt's) loads them wrong in the workloads too.
-WRONG_BYTES = {"api_shared_prefix", "api_mixed_hits"}
+WRONG_BYTES = {"api_shared_prefix", "api_mixed_hits", "api_reuse_distance"}
 # ... and one that reloads wrong bytes within an engine's lifetime, the same image asked for again too.
 WRONG_RELOAD = {"api_same_engine_roundtrip", "api_save_before_free", "api_multimodal_isolation"}
 ZOO = "conformance.zoo.connectors."
@@ -131,6 +131,9 @@ EXPECTED = {
     # format file is damaged with the rest (every file is), so damaged storage is refused too.
     GOOD + "format_refusing:FormatRefusingConnector": EXAMPLE_BUGS - {"api_load_errors_reported", "api_format_isolation",
                                                                        "api_damaged_storage", "api_partial_prefix"},
+    # ... and its twin that writes the config string alone: under "auto" a bf16 model's KV and an fp16 one's match.
+    ZOO + "config_string_format:ConfigStringFormatConnector": EXAMPLE_BUGS - {"api_load_errors_reported",
+                                                                               "api_damaged_storage", "api_partial_prefix"},
     # The lifecycle control loading asynchronously (its loads run in steps without a forward pass).
     # Its known-bad (forward_only_load) stalls every lone load, so only its clause is run, below.
     GOOD + "async_load:AsyncLoadConnector": FILE_STORE_BUGS,
@@ -160,7 +163,12 @@ EXPECTED = {
     GOOD + "min_span:MinSpanConnector": FILE_STORE_BUGS,
     ZOO + "min_span_salt_blind:MinSpanSaltBlindConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
     # Its zeroed entries are met wherever a 4 MiB cache evicts: the 1k- and 4k-token conversations too.
-    ZOO + "recycled_slot:RecycledSlotConnector": {"api_cache_pressure", "api_shared_prefix"} | FILE_STORE_BUGS,
+    ZOO + "recycled_slot:RecycledSlotConnector": {"api_cache_pressure", "api_shared_prefix", "api_reuse_distance"}
+    | FILE_STORE_BUGS,
+    # A 4 MiB quota of its own, declared nowhere: only the workload every cache meets fills it.
+    GOOD + "quota:QuotaConnector": FILE_STORE_BUGS,
+    # ... and its twin whose lookup index outlives the files it evicts: claimed, then loaded from nothing.
+    ZOO + "stale_index:StaleIndexConnector": {"api_reuse_distance", "api_shared_prefix"} | FILE_STORE_BUGS,
 }
 # Clauses that compared nothing: the connector loaded nothing there (never a Pass).
 NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache_salt", "api_lora_isolation",
@@ -172,7 +180,8 @@ NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache
                                                "api_partial_prefix"},
                  # A 4 MiB cache holds one conversation of a 1k-token system prompt (2 MiB) at a time, and
                  # each is asked for again just after its LRU eviction: a miss every time, never a load.
-                 GOOD + "bounded:BoundedConnector": {"api_shared_prefix"}}
+                 GOOD + "bounded:BoundedConnector": {"api_shared_prefix"},
+                 GOOD + "quota:QuotaConnector": {"api_shared_prefix"}}
 
 # Clauses that catch the same bug when their drawn examples exercise it: allowed to fail, not
 # required to (wpt's intermittent). A connector that loads wrong bytes one request at a time loads

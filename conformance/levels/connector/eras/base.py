@@ -31,8 +31,9 @@ class Era(Protocol):
 
     def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
                     layout: str, block_size: int, scheduling: Mapping[str, int] | None = None,
-                    serves: frozenset[str] = frozenset()) -> Any:
-        """A real ``VllmConfig`` for the CPU device with the connector configured; ``scheduling``
+                    serves: frozenset[str] = frozenset(), model_dtype: str | None = None) -> Any:
+        """A real ``VllmConfig`` for the CPU device with the connector configured (``model_dtype``: the
+        model served in another dtype than its config's, as ``--dtype`` does); ``scheduling``
         overrides ``SchedulerConfig`` knobs (a token budget that forces chunked prefill); ``serves``
         what an engine serving more than token-id prompts enables: ``lora`` (``--enable-lora``),
         ``prompt_embeds`` (``--enable-prompt-embeds``), ``images`` (see ``take_images``)."""

@@ -38,7 +38,7 @@ class HookEra:
 
     def make_config(self, *, model: str, transfer: Mapping[str, Any], kv_cache_dtype: str,
                     layout: str, block_size: int, scheduling: Mapping[str, int] | None = None,
-                    serves: frozenset[str] = frozenset()) -> Any:
+                    serves: frozenset[str] = frozenset(), model_dtype: str | None = None) -> Any:
         from vllm.config import CacheConfig, DeviceConfig, KVTransferConfig, LoRAConfig, ModelConfig, SchedulerConfig, VllmConfig
         from vllm.config.kv_events import KVEventsConfig
 
@@ -46,7 +46,7 @@ class HookEra:
         knobs = {"max_num_seqs": 16, "max_num_batched_tokens": 4096, **(scheduling or {})}
         longest = knobs.pop("max_model_len", None)  # a scenario's long prompt, past the model's own limit
         with _long_prompts_allowed(longest is not None):
-            model_config = ModelConfig(model=model, seed=0, **embeds,
+            model_config = ModelConfig(model=model, seed=0, **embeds, **({"dtype": model_dtype} if model_dtype else {}),
                                        **({"max_model_len": longest} if longest else {}))
         settings = {"enable_chunked_prefill": True, "enable_prefix_caching": True}
         for rule in engine_settings(self.vllm_version, "cpu", kv_cache_dtype):  # what this release requires
