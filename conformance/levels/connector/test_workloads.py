@@ -220,6 +220,9 @@ def _pressure(api: ConnectorHarness, cid: str, context: str, count: int, length:
             sources[rid].append(_served(run, f"{rid}-again", prompts[rid]))
     whole = max(_judge_loads(cid, context, sources[rid], run, f"{rid}-recent", prompts[rid])
                 for run, rid in zip(finals, recent))
+    if not whole and not any(claimed.values()):
+        not_exercised(f"{context}the connector loaded nothing for any prompt asked for again: no loaded byte was "
+                      "compared, and a cache that never loads cannot be told from one that evicted everything")
     if not whole:
         raise ClauseViolation(cid, f"{context}then the {len(recent)} prompts asked for last ({', '.join(recent)}: just "
                                    f"loaded or stored again) were each asked for once more, and the connector claimed "

@@ -42,7 +42,9 @@ EXAMPLE_BUGS = known_failures("ExampleConnector")
 # What the lifecycle control (its key and saves put right) still inherits: its files.
 FILE_STORE_BUGS = {"api_format_isolation", "api_damaged_storage", "api_load_errors_reported"}
 # A connector that loads wrong bytes (or another prompt's) loads them wrong in the workloads too.
-WRONG_BYTES = {"api_shared_prefix", "api_mixed_hits", "api_reuse_distance"}
+WRONG_BYTES = {"api_shared_prefix", "api_mixed_hits"}
+# ... and those that load wrong bytes for any prompt, many prompts after it was stored too.
+WRONG_LOADS = WRONG_BYTES | {"api_reuse_distance"}
 # ... and one that reloads wrong bytes within an engine's lifetime, the same image asked for again too.
 WRONG_RELOAD = {"api_same_engine_roundtrip", "api_save_before_free", "api_multimodal_isolation"}
 ZOO = "conformance.zoo.connectors."
@@ -73,30 +75,33 @@ EXPECTED = {
     # Stores, but never claims a match: it loads nothing (a Fail where a load is required, Not exercised
     # where loaded bytes are compared; damaged storage it never reads is a Pass).
     ZOO + "noop:NoopConnector": {"api_save_load_roundtrip", "api_same_engine_roundtrip"},
-    ZOO + "reversed_blocks:ReversedBlocksConnector": {"api_save_load_roundtrip"} | WRONG_RELOAD | WRONG_BYTES | EXAMPLE_BUGS,
-    ZOO + "past_the_end:PastTheEndConnector": {"api_no_collateral_writes", "api_shared_prefix"} | EXAMPLE_BUGS,
+    ZOO + "reversed_blocks:ReversedBlocksConnector": {"api_save_load_roundtrip"} | WRONG_RELOAD | WRONG_LOADS | EXAMPLE_BUGS,
+    ZOO + "past_the_end:PastTheEndConnector":
+        {"api_no_collateral_writes", "api_shared_prefix", "api_reuse_distance"} | EXAMPLE_BUGS,
     # Keeps 4 MiB of each layer's KV per prompt: only the 16 MiB probe is past the cap.
     # and a 4k-token system prompt's conversation (4 MiB a layer) crosses it too.
     ZOO + "size_capped:SizeCappedConnector": {"api_save_load_roundtrip", "api_shared_prefix"} | EXAMPLE_BUGS,
-    ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_save_load_roundtrip"} | WRONG_RELOAD | WRONG_BYTES | EXAMPLE_BUGS,
+    ZOO + "first_layer_only:FirstLayerOnlyConnector": {"api_save_load_roundtrip"} | WRONG_RELOAD | WRONG_LOADS | EXAMPLE_BUGS,
     # Keyed by the first block alone: a prompt sharing only that block is handed the rest of another's KV.
     ZOO + "first_block_keyed:FirstBlockKeyedConnector": {"api_partial_prefix"} | WRONG_BYTES | EXAMPLE_BUGS,
     # Correct, but reads vLLM's current config where vLLM's worker has one set: flagged only for
     # what it inherits, or the harness is not running hooks in vLLM's context.
     "conformance.zoo.good.config_reading:ConfigReadingConnector": EXAMPLE_BUGS,
     # Loads only the first request of each step: right one request at a time, wrong in a batch.
-    ZOO + "first_load_only:FirstLoadOnlyConnector": {"api_concurrent_loads"} | EXAMPLE_BUGS,
+    ZOO + "first_load_only:FirstLoadOnlyConnector": {"api_concurrent_loads", "api_reuse_distance"} | EXAMPLE_BUGS,
     # A cache inside its engine: the cross-engine clauses are Disabled, never a false Fail.
     GOOD + "in_engine:InEngineConnector": set(),
     # Remembers the slots instead of copying the KV: wrong once freed blocks are overwritten, in every
     # scenario that reloads within the engine.
     ZOO + "block_reference:BlockReferenceConnector":
-        {"api_prompt_embeds", "api_chunked_prefill", "api_abort", "api_preemption"} | WRONG_RELOAD | WRONG_BYTES,
+        {"api_prompt_embeds", "api_chunked_prefill", "api_abort", "api_preemption"} | WRONG_RELOAD | WRONG_LOADS,
     # ExampleConnector with its lifecycle put right (salted key, saved once computed, async saves
     # reported once): only its file format's bugs are left; each known-bad below breaks one thing.
     GOOD + "lifecycle:LifecycleConnector": FILE_STORE_BUGS,
     # Keyed by the prompt less its first token: the stored prompt with only that token changed is served it.
-    ZOO + "first_token_blind:FirstTokenBlindConnector": {"api_partial_prefix"} | FILE_STORE_BUGS,
+    # Met by every first-token twin: a partial prefix, a batch-mate and a conversation's.
+    ZOO + "first_token_blind:FirstTokenBlindConnector":
+        {"api_partial_prefix", "api_concurrent_loads", "api_shared_prefix"} | FILE_STORE_BUGS,
     ZOO + "salt_blind:SaltBlindConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
     ZOO + "lora_blind:LoraBlindConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     ZOO + "embeds_blind:EmbedsBlindConnector": {"api_prompt_embeds"} | FILE_STORE_BUGS,
@@ -112,7 +117,7 @@ EXPECTED = {
     # known-bad beside it skips the file just the same but reports nothing (a swallowed load error).
     # The file it never wrote, for a prompt one token past a stored one's blocks, is reported the same.
     GOOD + "load_error_reporting:LoadErrorReportingConnector": EXAMPLE_BUGS - {"api_load_errors_reported",
-                                                                             "api_partial_prefix"},
+                                                                             "api_partial_prefix", "api_reuse_distance"},
     ZOO + "swallowed_load_error:SwallowedLoadErrorConnector": EXAMPLE_BUGS,
     # Reports them, one step late: vLLM has let the request go on with what the blocks held.
     ZOO + "late_load_error:LateLoadErrorConnector": EXAMPLE_BUGS,
@@ -126,7 +131,7 @@ EXPECTED = {
     # the blocks (the cache is right by the end of the step, the model computed with the old bytes).
     ZOO + "unfenced_thread:UnfencedThreadConnector":
         {"api_save_load_roundtrip", "api_concurrent_loads", "api_prompt_embeds", "api_model_isolation",
-         "api_chunked_prefill", "api_abort", "api_preemption"} | WRONG_RELOAD | WRONG_BYTES | FILE_STORE_BUGS,
+         "api_chunked_prefill", "api_abort", "api_preemption"} | WRONG_RELOAD | WRONG_LOADS | FILE_STORE_BUGS,
     # Another format's prompt is found, then reported as failed blocks: a refusal, not a load. Its
     # format file is damaged with the rest (every file is), so damaged storage is refused too.
     GOOD + "format_refusing:FormatRefusingConnector": EXAMPLE_BUGS - {"api_load_errors_reported", "api_format_isolation",
@@ -145,7 +150,8 @@ EXPECTED = {
     # counts vLLM's local hits again, a fallback to the shared pool on a tenant's miss, and a bounded
     # cache that recycles an evicted entry's space but keeps its name (beside its correct twin).
     ZOO + "prefix_capped:PrefixCappedConnector": {"api_shared_prefix"} | FILE_STORE_BUGS,
-    ZOO + "over_claiming:OverClaimingConnector": {"api_mixed_hits"} | FILE_STORE_BUGS,
+    # ... a batch-mate that shares a prefix gets local hits in the same step: claimed again too.
+    ZOO + "over_claiming:OverClaimingConnector": {"api_mixed_hits", "api_concurrent_loads"} | FILE_STORE_BUGS,
     ZOO + "shared_pool_fallback:SaltFallbackConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
     ZOO + "shared_pool_fallback:LoraFallbackConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     ZOO + "shared_pool_fallback:EmbedsFallbackConnector": {"api_prompt_embeds"} | FILE_STORE_BUGS,
@@ -177,7 +183,7 @@ NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache
                                                "api_mixed_hits",
                                                # nor what a load does with damage or a shared prefix
                                                "api_damaged_storage", "api_load_errors_reported",
-                                               "api_partial_prefix"},
+                                               "api_partial_prefix", "api_reuse_distance"},
                  # A 4 MiB cache holds one conversation of a 1k-token system prompt (2 MiB) at a time, and
                  # each is asked for again just after its LRU eviction: a miss every time, never a load.
                  GOOD + "bounded:BoundedConnector": {"api_shared_prefix"},
