@@ -188,6 +188,15 @@ def dist(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def mutation(session: nox.Session) -> None:
+    """The suite's mutation score (cosmic-ray on the reference stores and the lifecycle control), by
+    hand: about an hour on 2 cores. ``nox -s mutation -- file`` or ``-- --survivors file``."""
+    _install(session, _stack_install())
+    session.install("cosmic-ray")
+    session.run("python", "benchmarks/mutation_score.py", *session.posargs)
+
+
+@nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks: store round trips per second per clause; engine-level time to verdict and starts."""
     _install(session, _stack_install())

@@ -7,6 +7,7 @@ profile, and a mutant the suite passes survives. Every survivor is triaged in
 ``benchmarks/mutation_triage.yaml``: equivalent (why), or a gap (the audit row that now draws it).
 
     nox -s mutation                       # or: python benchmarks/mutation_score.py [memory file lifecycle]
+    python benchmarks/mutation_score.py --survivors file   # only the last run's survivors, after a fix
 
 Writes ``benchmarks/results/mutation_score.json``. Run by hand (about 20 minutes for the stores
 on 2 cores, the connector sample about as long): never a CI step. Mutants are applied to a copy of
@@ -64,7 +65,8 @@ def copy_tree(dest: Path) -> Path:
     return dest
 
 
-def run_target(name: str, target: Target, tree: Path) -> dict[str, Any]:
+def run_target(name: str, target: Target, tree: Path, only: set[str] | None = None) -> dict[str, Any]:
+    """Mutate ``target.module`` in ``tree`` and run the suite on each mutant (``only``: those ids)."""
     session = tree / f"{name}.sqlite"
     config = tree / f"{name}.toml"
     command = (f"{sys.executable} -m pytest --pyargs conformance -p no:cacheprovider -q -x --kv-profile=ci "
@@ -73,13 +75,15 @@ def run_target(name: str, target: Target, tree: Path) -> dict[str, Any]:
                       f'test-command = "{command}"\n\n[cosmic-ray.distributor]\nname = "local"\n')
     subprocess.run([COSMIC_RAY, "init", str(config), str(session)], cwd=tree, check=True)
     total = _count(session)
-    if target.sample is not None and total > target.sample:
+    if only is not None:
+        _keep(session, only)
+    elif target.sample is not None and total > target.sample:
         _keep_sample(session, target.sample)
     started = time.monotonic()
     subprocess.run([COSMIC_RAY, "exec", str(config), str(session)], cwd=tree, check=True)
     seconds = time.monotonic() - started
     mutants = _mutants(session)
-    triage = (yaml.safe_load(TRIAGE.read_text()) or {}).get(name, {}) if TRIAGE.exists() else {}
+    triage = (yaml.safe_load(TRIAGE.read_text()) or {}).get(name) or {} if TRIAGE.exists() else {}
     survivors = [m for m in mutants if m["outcome"] == "survived"]
     for m in survivors:
         m["triage"] = triage.get(m["id"]) or (ANNOTATION if _annotation_only(m["diff"]) else "untriaged")
@@ -125,6 +129,25 @@ def _keep_sample(session: Path, size: int) -> None:
                 db.execute("DELETE FROM work_items WHERE job_id = ?", (job,))
 
 
+def _keep(session: Path, ids: set[str]) -> None:
+    """Drop every work item but the mutants ``ids`` names."""
+    with sqlite3.connect(session) as db:
+        rows = db.execute("SELECT job_id, operator_name, start_pos_row, occurrence FROM mutation_specs").fetchall()
+        for job, operator, row, occurrence in rows:
+            if f"{operator}@{row}#{occurrence}" not in ids:
+                db.execute("DELETE FROM mutation_specs WHERE job_id = ?", (job,))
+                db.execute("DELETE FROM work_items WHERE job_id = ?", (job,))
+
+
+def _merged(before: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
+    """A target's result after re-running its survivors: the mutants killed before stay killed."""
+    killed = before["killed"] + rerun["killed"]
+    judged = before["mutants_run"] - rerun["equivalent"]
+    return {**before, "killed": killed, "survived": rerun["survived"], "equivalent": rerun["equivalent"],
+            "score": round(killed / judged, 4) if judged else None, "survivors": rerun["survivors"],
+            "rerun_of_survivors": {"mutants": rerun["mutants_run"], "killed": rerun["killed"], "seconds": rerun["seconds"]}}
+
+
 def _mutants(session: Path) -> list[dict[str, Any]]:
     """Each mutant run: a stable id (operator, line, occurrence), its outcome, its diff."""
     dump = subprocess.run([COSMIC_RAY, "dump", str(session)], check=True, capture_output=True, text=True).stdout
@@ -139,12 +162,19 @@ def _mutants(session: Path) -> list[dict[str, Any]]:
     return sorted(out, key=lambda m: m["id"])
 
 
-def main(names: list[str]) -> int:
-    chosen = names or list(TARGETS)
+def main(args: list[str]) -> int:
+    survivors = "--survivors" in args
+    chosen = [a for a in args if a != "--survivors"] or list(TARGETS)
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    targets = dict(previous.get("targets", {}))
     with tempfile.TemporaryDirectory(prefix="kvconform-mutation-") as tmp:
         tree = copy_tree(Path(tmp))
-        targets = {**previous.get("targets", {}), **{n: run_target(n, TARGETS[n], tree) for n in chosen}}
+        for n in chosen:
+            if survivors:
+                before = targets[n]
+                targets[n] = _merged(before, run_target(n, TARGETS[n], tree, {m["id"] for m in before["survivors"]}))
+            else:
+                targets[n] = run_target(n, TARGETS[n], tree)
     RESULTS.write_text(json.dumps({"cpu": platform.processor() or _cpu(), "tool": "cosmic-ray", "profile": "ci",
                                    "targets": targets}, indent=1) + "\n")
     for n in chosen:

@@ -211,8 +211,8 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            "run that evicted nothing is Not exercised",
            requires=frozenset({"cache", "capacity"}), needs_load=True),
     Clause("api_reuse_distance", _CONNECTOR,
-           "whatever its capacity, declared or not: 32 prompts of 12 blocks (12 MiB of KV on a bf16 cache, more than a "
-           "small cache holds) stored four at a time, then each asked for again oldest first, the first after 31 "
+           "whatever its capacity, declared or not: 24 prompts of 16 blocks (12 MiB of KV on a bf16 cache, more than a "
+           "small cache holds) stored four at a time, then each asked for again oldest first, the first after 23 "
            "others, are each loaded byte for byte or missed: never other bytes, zeros or a raised hook; and the last "
            "asked still load afterwards (a bounded cache degrades to a miss, never to empty)",
            requires=_CACHE, needs_load=True),

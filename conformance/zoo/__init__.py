@@ -79,7 +79,7 @@ ZOO: dict[str, ZooMember] = {m.target.split(":")[0].rsplit(".", 1)[-1]: m for m 
               frozenset({"state_machine"})),
     ZooMember("conformance.zoo.value_capped:make_store",
               "keeps at most 1 MiB of a value and zero-fills the rest (a silent item-size cap)",
-              frozenset({"byte_exact_roundtrip"})),
+              frozenset({"byte_exact_roundtrip", "stride_contract", "state_machine"})),
     ZooMember("conformance.zoo.first_put_wins:make_store",
               "ignores a put of a key it holds and keeps serving the first entry (LMCache's LocalCPU "
               "and LocalDisk backends)",

@@ -142,10 +142,10 @@ def test_mixed_hits(connector_api):
 PRESSURE_BATCH = 4  # prompts a phase admits together
 MAX_PRESSURE_PROMPTS = 48
 PRESSURE_PROMPT_BLOCKS = (2, 64)  # each prompt's length, in blocks, at least and at most
-# The workload every cache meets, capacity declared or not: prompts of 12 blocks, 12 MiB of KV on the
+# The workload every cache meets, capacity declared or not: prompts of 16 blocks, 12 MiB of KV on the
 # suite's models in bf16 (6 MiB in fp8), more than a small cache (a 4 MiB LRU, a disk quota) holds.
-REUSE_PROMPTS = 32
-REUSE_PROMPT_BLOCKS = 12
+REUSE_PROMPTS = 24
+REUSE_PROMPT_BLOCKS = 16
 
 
 @clause("api_cache_pressure")

@@ -45,11 +45,14 @@ def assert_not_served(store: Any, key: str, spec: KVSpec, *, why: str, clause: s
 
 
 def every_dtype(*, kinds: Sequence[str] = ("contiguous",), sizes: bool = False,
+                each: tuple[str, Sequence[Any]] | None = None,
                 **fixed: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """After the drawn examples, the test's body once per ``kv_cache_dtype`` of the axis and, with
     ``sizes``, once at and past each payload size limit (``sweep_entries``): derandomized draws
     can miss a dtype (an e5m2 NaN-payload bug escaped that way) and never reach megabytes.
-    ``fixed`` gives the body's other drawn arguments. Apply it between ``@clause`` and ``@given``."""
+    ``fixed`` gives the body's other drawn arguments; ``each`` (a name and its values) runs every
+    entry once per value (every kind of damage, not the few the draws pick). Apply it between
+    ``@clause`` and ``@given``."""
 
     def decorate(test: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(test)
@@ -60,13 +63,17 @@ def every_dtype(*, kinds: Sequence[str] = ("contiguous",), sizes: bool = False,
             deep = settings.get_current_profile_name() in ("deep", "certify")
             limits = (DEEP_SIZE_LIMITS if deep else SIZE_LIMITS) if sizes else ()
             body = swept.hypothesis.inner_test  # type: ignore[attr-defined]  # counted by @clause
+            name, values = each or ("", [None])
             for label, entry in sweep_entries(kinds=kinds, limits=limits):
-                try:
-                    body(*args, entry=entry, **fixed, **kwargs)
-                except AssertionError as exc:
-                    if hasattr(exc, "add_note"):
-                        exc.add_note(f"in the explicit example {label} (every dtype and size limit runs once)")
-                    raise
+                for value in values:
+                    varied = {name: value} if each else {}
+                    try:
+                        body(*args, entry=entry, **fixed, **varied, **kwargs)
+                    except AssertionError as exc:
+                        if hasattr(exc, "add_note"):
+                            exc.add_note(f"in the explicit example {label}{f', {name}={value}' if each else ''} "
+                                         "(every dtype and size limit runs once)")
+                        raise
 
         return swept
 

@@ -61,7 +61,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
         Twin('timing', 'a prompt stored, then asked for in the next phase of the same pair (prefix cache reset, every '
              'block overwritten, one neighbour first)',
              early=True,
-             late="api_reuse_distance asks for a prompt after 31 others were stored in the same pair's "
+             late="api_reuse_distance asks for a prompt after 23 others were stored in the same pair's "
                   'lifetime',
              slight=True,
              large='api_reuse_distance fills the pair past what a small cache holds (12 MiB), capacity '
@@ -317,14 +317,14 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              drawn_by='conformance.levels.connector.test_workloads:PRESSURE_PROMPT_BLOCKS'),
     ),
     'api_reuse_distance': (
-        Twin('timing', '32 prompts stored 4 a phase, then asked for oldest first: the first after 31 others (12 MiB of '
+        Twin('timing', '24 prompts stored 4 a phase, then asked for oldest first: the first after 23 others (12 MiB of '
              'KV later), the newest last; the last batch once more',
              early='the read order is oldest first: the longest distance is read first',
              late=True,
              slight='the newest prompts are read back within a batch of their store',
              large=True,
              drawn_by='conformance.levels.connector.test_workloads:REUSE_PROMPTS'),
-        Twin('size', 'every prompt of 12 blocks and 3 tokens, whatever capacity the cache has or declares',
+        Twin('size', 'every prompt of 16 blocks and 3 tokens, whatever capacity the cache has or declares',
              early='a size has no position',
              late='a size has no position',
              slight=Gap('prompts one block apart in size: a cache that frees room sized for the last entry is '
