@@ -109,12 +109,11 @@ def main() -> None:
                         "--kv-connector-capabilities=persistent", "--kv-profile=ci"], cwd=args.suite, env=env,
                        capture_output=True, text=True)
         lines = [json.loads(line) for line in scratch.read_text().splitlines()]
-    record = {"what": "the connector level's prompts on the lifecycle control", "suite": args.label, "profile": "ci",
-              "block_tokens": BLOCK, **footprint(lines), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")}
-    runs = json.loads(args.out.read_text()) if args.out.exists() else []
-    runs = [r for r in runs if r.get("suite") != args.label] + [record]
-    args.out.write_text(json.dumps(runs, indent=2) + "\n")
-    print(json.dumps(record, indent=2))
+    from store_input_footprint import record_run  # its sibling (this directory is the script's path)
+
+    record_run(args.out, {"what": "the connector level's prompts on the lifecycle control", "suite": args.label,
+                          "profile": "ci", "block_tokens": BLOCK, **footprint(lines),
+                          "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")})
 
 
 if __name__ == "__main__":

@@ -109,9 +109,14 @@ def main() -> None:
     record = {"what": "the store level's inputs on a correct store", "suite": args.label, "profile": args.profile,
               **json.loads(scratch.read_text()), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d")}
     scratch.unlink()
-    runs = json.loads(args.out.read_text()) if args.out.exists() else []
-    runs = [r for r in runs if r.get("suite") != args.label] + [record]
-    args.out.write_text(json.dumps(runs, indent=2) + "\n")
+    record_run(args.out, record)
+
+
+def record_run(out: Path, record: dict[str, Any]) -> None:
+    """Keep ``record`` in the results file ``out``, in place of an earlier run of the same suite label."""
+    runs = json.loads(out.read_text()) if out.exists() else []
+    runs = [r for r in runs if r.get("suite") != record["suite"]] + [record]
+    out.write_text(json.dumps(runs, indent=2) + "\n")
     print(json.dumps(record, indent=2))
 
 

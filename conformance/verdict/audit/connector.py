@@ -3,13 +3,12 @@ depends on, and the near miss drawn in it."""
 
 from __future__ import annotations
 
-from conformance.verdict.audit.schema import Gap, Twin
+from conformance.verdict.audit.schema import Gap, Twin, unplaced
 
 ROWS: dict[str, tuple[Twin, ...]] = {
     'api_requirements': (
         Twin('api', "each vLLM name the connector's modules import, override or call, looked up in the installed vLLM",
-             early='a name has no position: it resolves in the installed vLLM or it does not',
-             late='a name has no position: it resolves in the installed vLLM or it does not',
+             **unplaced('a name has no position: it resolves in the installed vLLM or it does not'),
              slight="nothing is drawn: the connector's names as written against one vLLM; a renamed name is "
                     'another release, judged in its own cell (and named with where it was last seen)',
              large='nothing is drawn: a module or name gone is another release, judged in its own cell',
@@ -18,8 +17,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'api_save_load_roundtrip': (
         Twin('layout', 'each drawn case stored and loaded in one layout the installed vLLM allocates; never stored in '
              'one layout and loaded by a pair of another',
-             early='a layout has no position',
-             late='a layout has no position',
+             **unplaced('a layout has no position'),
              slight=Gap('a prompt stored in one layout and loaded by a pair of its twin (NHD vs HND, LBHNC vs '
                         'LBNHC) over the same storage: a connector that stores raw pages untagged serves '
                         'transposed KV.'),
@@ -28,8 +26,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              drawn_by='conformance.levels.connector.test_connector_api:_draw_case'),
         Twin('kv_cache_dtype', 'one prompt round-tripped in every kv_cache_dtype of the axis (and drawn ones), stored and loaded'
              ' in the same dtype',
-             early='a dtype is one value: it has no position',
-             late='a dtype is one value: it has no position',
+             **unplaced('a dtype is one value: it has no position'),
              slight='one dtype per round trip: stored in one format, loaded in its twin is '
                     "api_format_isolation's",
              large="one dtype per round trip: another format family on load is api_format_isolation's",
@@ -43,16 +40,14 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              drawn_by='conformance.levels.connector.scenarios:filler'),
         Twin('block_size', 'a 135-token prompt stored by a pair of 16-token blocks, asked for by a fresh pair of 32-token '
              'blocks over the same storage',
-             early='a block size has no position (the prompt ends mid-block in both)',
-             late='a block size has no position (the prompt ends mid-block in both)',
+             **unplaced('a block size has no position (the prompt ends mid-block in both)'),
              slight=True,
              large=Gap('only 16 -> 32 runs; never 32 -> 16 or 16 -> 64: a connector that maps stored blocks to'
                        ' loaded ones by one fixed ratio (or splits only one way) misplaces tokens.'),
              drawn_by='conformance.levels.connector.test_connector_api:_across_block_sizes'),
         Twin('size', 'a prompt just past 16 MiB of KV per layer (by half a block) against the drawn prompts, under 512'
              ' KiB',
-             early='a size has no position',
-             late='a size has no position',
+             **unplaced('a size has no position'),
              slight=True,
              large=True,
              drawn_by='conformance.levels.connector.test_connector_api:_loads_a_large_payload'),
@@ -142,16 +137,14 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'api_format_isolation': (
         Twin('kv_cache_dtype', 'the same prompt stored by a pair of one kv_cache_dtype, asked for by a pair of its same-width '
              'twin (fp8_e4m3/fp8_e5m2, bfloat16/float16) over the same storage',
-             early='a dtype is one value: it has no position',
-             late='a dtype is one value: it has no position',
+             **unplaced('a dtype is one value: it has no position'),
              slight=True,
              large=Gap("a 16-bit pair's prompt asked for by an fp8 pair (another width): a token-keyed "
                        "connector that copies by the loading cache's size serves half a bf16 entry as fp8 KV."),
              drawn_by='conformance.levels.connector.scenarios:TWINS'),
         Twin('model_dtype', 'the same prompt stored under kv_cache_dtype=auto by the model served as bf16, asked for by it '
              'served as fp16 (one width), and fp16 then fp32 (another width): one config string, other bytes',
-             early='a dtype is one value: it has no position',
-             late='a dtype is one value: it has no position',
+             **unplaced('a dtype is one value: it has no position'),
              slight=True,
              large=True,
              drawn_by='conformance.contract.strategies:MODEL_DTYPE_TWINS'),
@@ -173,8 +166,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'api_cache_salt': (
         Twin('cache_salt', "the same prompt under cache_salt 'salt-a', 'salt-b' and none, both ways (an unsalted prompt "
              'asked for by salted tenants)',
-             early='a salt has no position in the prompt (vLLM hashes it into the first block)',
-             late='a salt has no position in the prompt (vLLM hashes it into the first block)',
+             **unplaced('a salt has no position in the prompt (vLLM hashes it into the first block)'),
              slight=True,
              large=True,
              drawn_by='conformance.levels.connector.test_lifecycle:test_cache_salt'),
@@ -182,8 +174,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'api_lora_isolation': (
         Twin('lora', 'the same prompt under adapter-a, adapter-b, adapter-a@v2 (its name and id, another directory) '
              'and the base model, both ways',
-             early='an adapter has no position in the prompt',
-             late='an adapter has no position in the prompt',
+             **unplaced('an adapter has no position in the prompt'),
              slight=True,
              large=True,
              drawn_by='conformance.levels.connector.test_lifecycle:test_lora_isolation'),
@@ -280,8 +271,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'api_connector_stats': (
         Twin('api', "the stats of a store pass and a reload pass through the installed vLLM's own path (msgpack, "
              'build_kv_connector_stats, aggregate, reduce)',
-             early='a name has no position',
-             late='a name has no position',
+             **unplaced('a name has no position'),
              slight="the installed vLLM's path as it is: a renamed name is another release, judged in its own "
                     'cell',
              large="the installed vLLM's path as it is: a gone name is another release, judged in its own cell",
@@ -290,8 +280,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'api_kv_events': (
         Twin('api', "the events of a store and a reload through the installed vLLM's KVEventBatch msgpack encoding, "
              'held against the block hashes vLLM computed',
-             early='a name has no position',
-             late='a name has no position',
+             **unplaced('a name has no position'),
              slight="the installed vLLM's path as it is: a renamed name is another release, judged in its own "
                     'cell',
              large="the installed vLLM's path as it is: a gone name is another release, judged in its own cell",
@@ -307,8 +296,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              drawn_by='conformance.levels.connector.test_workloads:test_cache_pressure'),
         Twin('size', 'every prompt of one length (2 to 64 blocks, chosen from the capacity): never two sizes in one '
              'fill',
-             early='a size has no position',
-             late='a size has no position',
+             **unplaced('a size has no position'),
              slight=Gap('prompts one block apart in size in one fill: a bounded cache that evicts by count, or'
                         ' frees room sized for the last entry, keeps an index entry whose bytes a larger entry'
                         ' overwrote.'),
@@ -325,8 +313,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              large=True,
              drawn_by='conformance.levels.connector.test_workloads:REUSE_PROMPTS'),
         Twin('size', 'every prompt of 16 blocks and 3 tokens, whatever capacity the cache has or declares',
-             early='a size has no position',
-             late='a size has no position',
+             **unplaced('a size has no position'),
              slight=Gap('prompts one block apart in size: a cache that frees room sized for the last entry is '
                         'not met (api_cache_pressure draws the same single size)'),
              large='one moderate size by design: the workload must fit any cache a user runs, declared or not',
@@ -365,15 +352,13 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              large=True,
              drawn_by='conformance.levels.connector.test_pd:_pd'),
         Twin('layout', 'producer and consumer in one drawn layout; never a consumer of another layout',
-             early='a layout has no position',
-             late='a layout has no position',
+             **unplaced('a layout has no position'),
              slight=Gap('a consumer of the twin layout (NHD vs HND, as NixlConnector permutes): a consumer '
                         "that copies the producer's pages raw loads transposed KV."),
              large=Gap('a cross-layer consumer of a per-layer producer: the same raw-page copy, wrong rows.'),
              drawn_by='conformance.levels.connector.test_pd:_pd_examples'),
         Twin('block_size', 'producer and consumer of one drawn block size (16 or 32); never a consumer of another',
-             early='a block size has no position',
-             late='a block size has no position',
+             **unplaced('a block size has no position'),
              slight=Gap('a consumer of another block size (16 vs 32, heterogeneous P/D): a consumer that '
                         'copies block i into block i puts tokens in the wrong slots.'),
              large=Gap('block sizes far apart (16 vs 64): the same fixed-ratio bug, unseen.'),
@@ -382,15 +367,13 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'api_pd_format_isolation': (
         Twin('kv_cache_dtype', 'a consumer of the same-width twin kv_cache_dtype (one producer dtype per width) handed a '
              "producer's kv_transfer_params",
-             early='a dtype is one value: it has no position',
-             late='a dtype is one value: it has no position',
+             **unplaced('a dtype is one value: it has no position'),
              slight=True,
              large=Gap('an fp8 consumer of a bf16 producer (another width): a consumer that copies by its own '
                        'byte size takes half of the bf16 bytes as fp8 KV.'),
              drawn_by='conformance.levels.connector.scenarios:TWINS'),
         Twin('model_dtype', "not drawn: producer and consumer serve one model of one dtype, and 'auto' has no twin in TWINS",
-             early='a dtype is one value: it has no position',
-             late='a dtype is one value: it has no position',
+             **unplaced('a dtype is one value: it has no position'),
              slight=Gap("producer and consumer of one checkpoint as bf16 and fp16 under 'auto': a consumer "
                         'that checks only the kv_cache_dtype string takes bf16 bytes as fp16.'),
              large=Gap("fp16 vs fp32 under 'auto': the same string check, another width."),

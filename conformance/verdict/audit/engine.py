@@ -3,14 +3,27 @@ depends on, and the near miss drawn in it."""
 
 from __future__ import annotations
 
-from conformance.verdict.audit.schema import Gap, Twin
+from conformance.verdict.audit.schema import Gap, Twin, unplaced
+
+# Gaps several engine clauses share: no prompt pair that differs only at its start, or by one token.
+_UNCHAINED = Gap('no prompts differing only in their first token: per-block keys not chained pass')
+_ONE_TOKEN = Gap('no stored prompt asked one token changed/longer: claims rounded up a block pass')
+
+# The damage both lost-storage clauses draw.
+_HALVED = Twin('damage', "the store engine's intact storage beside the same with every file cut to half (or the LMCache "
+    "server's store lost)",
+    early=Gap("no damage only at a file's start or in one file of many: tail/length-only checks pass"),
+    late=Gap("no cut of only the last byte (only a --kv-storage-hook's 'truncate'): coarse checks "
+             'pass'),
+    slight=Gap('no byte flipped at the same length: a connector without a checksum serves corrupt KV'),
+    large=True,
+    drawn_by='conformance.levels.subject:damage_files')
 
 ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_cache_salt': (
         Twin('cache_salt', "the same prompts stored unsalted, asked under a tenant's salt; a tenant's asked unsalted and "
              "under a third tenant's salt",
-             early='a salt has no position',
-             late='a salt has no position',
+             **unplaced('a salt has no position'),
              slight=Gap('no two salts one character apart: a connector truncating or case-folding salts passes'),
              large=True,
              drawn_by='conformance.levels.engine.prompts:prompt_batches'),
@@ -18,8 +31,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_lora_isolation': (
         Twin('lora', "prompts stored for the base model asked under adapter A, A's asked by the base model, under "
              "adapter B and under A's next version (same name, other weights)",
-             early='an adapter applies to every token of the request',
-             late='an adapter applies to every token of the request',
+             **unplaced('an adapter applies to every token of the request'),
              slight=True,
              large=True,
              drawn_by='conformance.levels.engine.child:_lora_adapters'),
@@ -46,9 +58,9 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_store_then_load': (
         Twin('tokens', 'independent prompts; a stored 4-block prompt and its extension past its last block edge; two '
              'sharing 2 blocks and diverging at the edge',
-             early=Gap('no prompts differing only in their first token: per-block keys not chained pass'),
+             early=_UNCHAINED,
              late=True,
-             slight=Gap('no stored prompt asked one token changed/longer: claims rounded up a block pass'),
+             slight=_ONE_TOKEN,
              large=True,
              drawn_by='conformance.levels.engine.prompts:prompt_batches'),
     ),
@@ -64,8 +76,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_block_size': (
         Twin('block_size', "an engine at the cell's block size stores, a fresh one at twice that block size asks for the "
              'same prompts',
-             early='a block size has no position',
-             late='a block size has no position',
+             **unplaced('a block size has no position'),
              slight=True,
              large=Gap('no load far from (8x) or below (b/2) the stored block size: direction/chunk bugs pass'),
              drawn_by='conformance.levels.engine.cell:EngineCell'),
@@ -73,9 +84,9 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_same_engine_reload': (
         Twin('tokens', 'independent prompts; a stored 4-block prompt and its extension past its last block edge; two '
              'sharing 2 blocks and diverging at the edge',
-             early=Gap('no prompts differing only in their first token: per-block keys not chained pass'),
+             early=_UNCHAINED,
              late=True,
-             slight=Gap('no stored prompt asked one token changed/longer: claims rounded up a block pass'),
+             slight=_ONE_TOKEN,
              large=True,
              drawn_by='conformance.levels.engine.prompts:prompt_batches'),
     ),
@@ -93,7 +104,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_pd_roundtrip': (
         Twin('tokens', "the producer's independent prompts and two sharing 2 blocks then diverging at the edge, each "
              'handed to the consumer with its own params',
-             early=Gap('no prompts differing only in their first token: per-block keys not chained pass'),
+             early=_UNCHAINED,
              late=True,
              slight=Gap('no prompts one token apart: params matched by a lossy key or length pass'),
              large=True,
@@ -123,8 +134,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_effective_dtype': (
         Twin('kv_cache_dtype', "each connector engine's requested kv_cache_dtype beside the cache dtype vLLM resolved and the KV"
              " tensors' dtype: no second format drawn",
-             early='a dtype has no position',
-             late='a dtype has no position',
+             **unplaced('a dtype has no position'),
              slight='no pair: the request is matched exactly against what vLLM resolved (the matrix runs each '
                     'dtype)',
              large='no pair: the request is matched exactly against what vLLM resolved (the matrix runs each '
@@ -134,15 +144,13 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_format_isolation': (
         Twin('kv_cache_dtype', "an engine of the cell's kv_cache_dtype stores; a fresh one of its same-width twin (e4m3/e5m2, "
              'bf16/fp16; auto: float16) asks the same prompts',
-             early='a dtype has no position',
-             late='a dtype has no position',
+             **unplaced('a dtype has no position'),
              slight=True,
              large=Gap('no format of another width (bf16 stored, fp8 asked): size misreads/crashes unjudged'),
              drawn_by='conformance.contract.spec:same_width_twin'),
         Twin('model_dtype', 'not drawn: every engine runs its model in bfloat16; under auto the twin asks float16 by name, '
              'never auto with a float16 model',
-             early='a dtype has no position',
-             late='a dtype has no position',
+             **unplaced('a dtype has no position'),
              slight=Gap('no auto with a float16 model beside bf16: a config-string key passes'),
              large=Gap('no auto with a float32 model (other width, same string): unjudged here'),
              drawn_by='conformance.contract.spec:same_width_twin'),
@@ -150,8 +158,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_model_isolation': (
         Twin('model', 'an engine of the model stores; a fresh engine of another checkpoint (every weight redrawn, '
              'another directory, or --kv-other-model) asks',
-             early="which layers' weights differ does not change what a connector keys by (all are redrawn)",
-             late="which layers' weights differ does not change what a connector keys by (all are redrawn)",
+             **unplaced("which layers' weights differ does not change what a connector keys by (all are redrawn)"),
              slight=Gap('no checkpoint under the same name/path (updated in place): a name-only key passes'),
              large=True,
              drawn_by='conformance.levels.engine.cell:EngineCell'),
@@ -159,7 +166,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
     'engine_block_boundaries': (
         Twin('tokens', 'independent prompts of bs-1, bs, bs+1, 2bs, 2bs+1, 3bs+7, 4bs tokens; the 4-block one extended '
              'past its last block edge',
-             early=Gap('no prompts differing only in their first token: per-block keys not chained pass'),
+             early=_UNCHAINED,
              late=True,
              slight=Gap('no stored prompt asked one token longer/shorter: a partial last block claimed passes'),
              large=True,
@@ -183,8 +190,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              large=True,
              drawn_by='conformance.levels.engine.prompts:pressure_batches'),
         Twin('size', 'every prompt of one length (whole blocks and 5 tokens), sized from the declared capacity',
-             early='a size has no position',
-             late='a size has no position',
+             **unplaced('a size has no position'),
              slight=Gap('no prompts a block apart in size: reused space trusting an old length passes'),
              large=Gap('no prompt larger than the whole capacity: a self-evicting or partial entry passes'),
              drawn_by='conformance.levels.engine.prompts:pressure_batches'),
@@ -198,23 +204,6 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              large=True,
              drawn_by='conformance.levels.engine.prompts:prompt_batches'),
     ),
-    'engine_lost_storage': (
-        Twin('damage', "the store engine's intact storage beside the same with every file cut to half (or the LMCache "
-             "server's store lost)",
-             early=Gap("no damage only at a file's start or in one file of many: tail/length-only checks pass"),
-             late=Gap("no cut of only the last byte (only a --kv-storage-hook's 'truncate'): coarse checks "
-                      'pass'),
-             slight=Gap('no byte flipped at the same length: a connector without a checksum serves corrupt KV'),
-             large=True,
-             drawn_by='conformance.levels.subject:damage_files'),
-    ),
-    'engine_load_failure_recompute': (
-        Twin('damage', "the store engine's intact storage beside the same with every file cut to half (or the LMCache "
-             "server's store lost)",
-             early=Gap("no damage only at a file's start or in one file of many: same as above"),
-             late=Gap("no cut of only the last byte (only a --kv-storage-hook's 'truncate')"),
-             slight=Gap('no byte flipped at the same length: corrupt KV is never reported failed'),
-             large=True,
-             drawn_by='conformance.levels.subject:damage_files'),
-    ),
+    'engine_lost_storage': (_HALVED,),
+    'engine_load_failure_recompute': (_HALVED,),
 }

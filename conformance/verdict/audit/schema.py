@@ -54,3 +54,8 @@ class Twin(NamedTuple):
     slight: Reach  # by one unit (one character, one token, one bit, the twin format)
     large: Reach  # by a lot (the whole field, every token after a point, another format family)
     drawn_by: str  # "module:name" of the code that draws the pair
+
+
+def unplaced(why: str) -> dict[str, str]:
+    """``early`` and ``late`` of a field with no position to differ at (a dtype, a salt): ``why``."""
+    return {"early": why, "late": why}

@@ -62,8 +62,8 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              "a dtype of another width is another byte length, refused by the same length check",
              "conformance.levels.store.test_isolation:_mismatched_tensor")),
     "corruption_detected": (
-        Twin("damage", "the stored entry and the same entry with its first byte flipped, its middle byte inverted, "
-             "its last byte's low bit flipped, its last element cut, or its second half gone",
+        Twin("damage", "the stored entry and the same entry with its first byte's low bit flipped, its last byte's, "
+             "its last element cut, or its second half gone: drawn, then every kind on every swept entry",
              True, True, True, True, "conformance.contract.store:DAMAGE_KINDS"),),
     "state_machine": (
         Twin("key", "two keys that differ only in one field of LMCache's layerwise key (format first, layer last), in "
