@@ -48,7 +48,7 @@ TARGETS = {
     "lifecycle": Target("conformance/zoo/good/lifecycle.py",
                         "--kv-connector=conformance.zoo.good.lifecycle:LifecycleConnector "
                         "--kv-connector-capabilities=persistent --kv-levels=connector "
-                        "--kv-cache-dtypes=auto", sample=12),
+                        "--kv-cache-dtypes=auto", sample=40),
 }
 SAMPLE_SEED = 53
 

@@ -19,6 +19,7 @@ from conformance.levels.connector.runs import (
     SAMPLED_TOKEN,
     ConnectorRaised,
     DtypeFallback,
+    EmbedsTwin,
     LayoutRefused,
     NotJudged,
     OverClaim,
@@ -194,11 +195,15 @@ class Pair:
 
     def _embeds(self, phase: Phase, request_id: str, length: int) -> torch.Tensor | None:
         """The request's prompt embeddings (seeded, in the model's dtype), if the phase gives it any."""
-        seed = phase.embeds.get(request_id)
-        if seed is None:
+        spec = phase.embeds.get(request_id)
+        if spec is None:
             return None
+        seed, row = (spec.seed, spec.row) if isinstance(spec, EmbedsTwin) else (spec, None)
         hidden = self.config.model_config.get_hidden_size()
-        return torch.randn(length, hidden, generator=torch.Generator().manual_seed(seed)).to(self.config.model_config.dtype)
+        embeds = torch.randn(length, hidden, generator=torch.Generator().manual_seed(seed)).to(self.config.model_config.dtype)
+        if row is not None:  # one element one unit in the last place away (its bits as an integer, plus one)
+            embeds[row].view({2: torch.int16, 4: torch.int32}[embeds.element_size()])[hidden // 2] += 1
+        return embeds
 
     def extend(self) -> None:
         """Restart the phase's clock (a producer waiting for its consumer)."""

@@ -5,7 +5,7 @@ much, let a transfer stall, or the draw cannot be judged here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import torch
 
@@ -158,6 +158,13 @@ class Run:
         return by_block(next(iter(self.caches.values()))).shape[0]
 
 
+class EmbedsTwin(NamedTuple):
+    """The embeddings of ``seed`` but for one element of row ``row`` (negative: from the end), moved by
+    one unit in the last place: a near miss that only an exact key of the embeddings tells apart."""
+    seed: int
+    row: int
+
+
 @dataclass(frozen=True)
 class Phase:
     """What one stretch of an engine's lifetime serves: ``requests`` (request id, prompt token ids,
@@ -179,7 +186,7 @@ class Phase:
     transfer: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     loras: Mapping[str, str] = field(default_factory=dict)
     images: Mapping[str, Image] = field(default_factory=dict)
-    embeds: Mapping[str, int] = field(default_factory=dict)
+    embeds: Mapping[str, int | EmbedsTwin] = field(default_factory=dict)
     reuse_freed: bool = False
     reuse_reallocated: bool = False
     fresh: bool = True

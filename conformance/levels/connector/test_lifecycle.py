@@ -16,7 +16,7 @@ from conformance.levels.connector import checks
 from conformance.levels.connector.eras.base import Image
 from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.connector.outcomes import connector_faults_fail, where
-from conformance.levels.connector.runs import Phase, Run, TransferStalled
+from conformance.levels.connector.runs import EmbedsTwin, Phase, Run, TransferStalled
 from conformance.levels.connector.scenarios import (
     SCENARIO_BLOCK,
     UNIQUE_PREFIX,
@@ -131,22 +131,34 @@ def test_prompt_embeds(connector_api):
     ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=41)
     # Every request has the stored prompt's length. The second pass: embeddings of another seed, the
     # token ids vLLM itself puts where embeddings are (zeros), and the stored embeddings again; the
-    # third, once those zeros were stored as token ids: embeddings of a third seed (every way).
-    embeds = {"embeds-a": 41, "embeds-b": 42, "embeds-a-again": 41, "embeds-c": 43}
+    # third, once those zeros were stored as token ids: embeddings of a third seed (every way). Near
+    # misses (#53): the stored embeddings but for one element of their first row, or of the last row of
+    # their last whole block, one unit in the last place away: each shares only the blocks before it.
+    twins = {"embeds-a-but-first-row": 0, "embeds-a-but-last-block": (len(ps.stored) - 1) // BLOCK_SIZE * BLOCK_SIZE - 1}
+    embeds = {"embeds-a": 41, "embeds-b": 42, "embeds-a-again": 41, "embeds-c": 43,
+              **{rid: EmbedsTwin(41, row) for rid, row in twins.items()}}
     zeros = [0] * len(ps.stored)
     phases = [Phase([("embeds-a", ps.stored)], seeded_fill(41), embeds=embeds),
-              Phase([("embeds-b", ps.stored), ("token-ids", zeros), ("embeds-a-again", ps.stored)],
-                    seeded_fill(42), embeds=embeds),
+              Phase([("embeds-b", ps.stored), ("token-ids", zeros), *((rid, ps.stored) for rid in twins),
+                     ("embeds-a-again", ps.stored)], seeded_fill(42), embeds=embeds),
               Phase([("embeds-c", ps.stored), ("token-ids-again", zeros)], seeded_fill(43), embeds=embeds)]
     context = "with prompts given as embeddings (prompt_embeds, no token ids): "
     stored, again, _ = _tenants_apart(
-        connector_api, cid, phases, {"embeds-a-again", "token-ids-again"}, context=context,
+        connector_api, cid, phases, {"embeds-a-again", "token-ids-again", *twins}, context=context,
         stored="one prompt's embeddings, then for a prompt of token ids",
         others="a request of other embeddings, or of the token ids vLLM puts in their place",
         harm="keyed by token ids, every embeddings prompt of a length is one key",
         fix="Key stored KV by the embeddings too (vLLM puts their hash in the block hashes), and never fall back "
             "to the token ids' KV on a miss")
     _bytes_back(cid, stored, "embeds-a", again, "embeds-a-again", context + "the same embeddings asked for again")
+    for rid, row in twins.items():  # a twin may be served the blocks before its changed row, never that one
+        shared, claimed = row // BLOCK_SIZE * BLOCK_SIZE, again.external_tokens.get(rid, 0)
+        if claimed > shared:
+            raise ClauseViolation(cid, f"{context}the stored embeddings but for one element of row {row}, one unit in "
+                                       f"the last place away, were claimed {claimed} tokens: they share only the first "
+                                       f"{shared} with the stored prompt. Key stored KV by all of the embeddings, "
+                                       "exactly " + where(again, "reload of a near miss"))
+        _bytes_back(cid, stored, "embeds-a", again, rid, context + f"the embeddings but for row {row}")
 
 
 @clause("api_multimodal_isolation")

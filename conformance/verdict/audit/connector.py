@@ -180,17 +180,14 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              drawn_by='conformance.levels.connector.test_lifecycle:test_lora_isolation'),
     ),
     'api_prompt_embeds': (
-        Twin('embeds', 'one length given as embeddings of one seed, of another seed (every value differs) and as the '
-             'token ids vLLM puts in their place (zeros), every way',
-             early=Gap('embeddings that differ only in their first row: a connector that skips the first '
-                       "position (a BOS it assumes, first_token_blind's shape) serves the stored KV."),
-             late=Gap("embeddings that differ only in their last block's rows: a connector that hashes the "
-                      "first block's (or first N rows') embeddings only serves the stored KV."),
-             slight=Gap('one value off by one unit in the last place: a connector that hashes rounded '
-                        'embeddings (to fp16, a few digits) or a summary of them (norm, mean) serves the '
-                        'stored KV.'),
+        Twin('embeds', 'one length given as embeddings of one seed, of another seed (every value differs), as the '
+             'token ids vLLM puts in their place (zeros), every way; and the stored embeddings but for one element '
+             'of their first row, or of the last row of their last whole block, one unit in the last place away',
+             early=True,
+             late=True,
+             slight=True,
              large=True,
-             drawn_by='conformance.levels.connector.test_lifecycle:test_prompt_embeds'),
+             drawn_by='conformance.levels.connector.runs:EmbedsTwin'),
     ),
     'api_multimodal_isolation': (
         Twin('image', "the same token ids with image 'cat', with image 'dog' (32 placeholder tokens from token 2) and "
