@@ -87,7 +87,7 @@ class ConnectorHarness:
 
     @property
     def vocab_size(self) -> int:
-        return int(json.loads((self.model / "config.json").read_text())["vocab_size"])
+        return model_vocab_size(self.model)
 
     def run(self, *, kv_cache_dtype: str, layout: str, block_size: int,
             requests: Sequence[tuple[Any, ...]], fill: Filler, storage: str, model: Path | None = None,
@@ -260,4 +260,19 @@ class ConnectorHarness:
                 raise LayoutRefused(exc.phase, exc.exc) from exc.exc
             raise NotBuilt(exc.phase, exc.exc) from exc.exc
 
+
+# Where a model's config.json keeps its vocabulary: at the top (a text model), or in the config of the
+# language model inside a vision-language one (Idefics3, LLaVA: text_config; InternVL: llm_config).
+_TEXT_CONFIGS = ("text_config", "language_config", "llm_config")
+
+
+def model_vocab_size(model: Path) -> int:
+    """The token ids a prompt of ``model`` may hold: its config's ``vocab_size``, at the top or in its text
+    model's config (a ``HarnessError`` naming where it looked when neither has one)."""
+    config = json.loads((model / "config.json").read_text())
+    for where in (config, *(config.get(name) or {} for name in _TEXT_CONFIGS)):
+        if isinstance(where, dict) and isinstance(where.get("vocab_size"), int):
+            return where["vocab_size"]
+    raise HarnessError(f"{model / 'config.json'} has no vocab_size at its top or in {', '.join(_TEXT_CONFIGS)}: "
+                       "the connector level draws prompts of token ids below it")
 
