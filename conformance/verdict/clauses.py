@@ -106,8 +106,9 @@ CLAUSES: dict[str, Clause] = {c.id: c for c in (
            requires=_CACHE, needs_load=True),
     Clause("api_no_collateral_writes", _CONNECTOR,
            "saving leaves the paged cache untouched, and loading writes only into the blocks of the "
-           "request it loads: a neighbour request's blocks and free blocks keep their bytes",
-           requires=_ACROSS),
+           "request it loads: a neighbour request's blocks and free blocks keep their bytes (a run that loaded "
+           "nothing judged only the first half: Not exercised)",
+           requires=_ACROSS, needs_load=True),
     Clause("api_partial_prefix", _CONNECTOR,
            "a request sharing only the first k tokens of a stored prompt loads at most k tokens, and "
            "exactly their bytes; asked at the stored prompt's block edges (one token more, one less, "

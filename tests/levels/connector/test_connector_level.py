@@ -119,7 +119,9 @@ EXPECTED = {
     # known-bad beside it skips the file just the same but reports nothing (a swallowed load error).
     # The file it never wrote, for a prompt one token past a stored one's blocks, is reported the same.
     GOOD + "load_error_reporting:LoadErrorReportingConnector": EXAMPLE_BUGS - {"api_load_errors_reported",
-                                                                             "api_partial_prefix", "api_reuse_distance"},
+                                                                             "api_partial_prefix", "api_reuse_distance",
+                                               # nor where a load writes
+                                               "api_no_collateral_writes"},
     ZOO + "swallowed_load_error:SwallowedLoadErrorConnector": EXAMPLE_BUGS,
     # Reports them, one step late: vLLM has let the request go on with what the blocks held.
     ZOO + "late_load_error:LateLoadErrorConnector": EXAMPLE_BUGS,
@@ -185,7 +187,9 @@ NOT_EXERCISED = {ZOO + "noop:NoopConnector": {"api_concurrent_loads", "api_cache
                                                "api_mixed_hits",
                                                # nor what a load does with damage or a shared prefix
                                                "api_damaged_storage", "api_load_errors_reported",
-                                               "api_partial_prefix", "api_reuse_distance"},
+                                               "api_partial_prefix", "api_reuse_distance",
+                                               # nor where a load writes
+                                               "api_no_collateral_writes"},
                  # A 4 MiB cache holds one conversation of a 1k-token system prompt (2 MiB) at a time, and
                  # each is asked for again just after its LRU eviction: a miss every time, never a load.
                  GOOD + "bounded:BoundedConnector": {"api_shared_prefix"},
