@@ -154,8 +154,10 @@ EXPECTED = {
     # counts vLLM's local hits again, a fallback to the shared pool on a tenant's miss, and a bounded
     # cache that recycles an evicted entry's space but keeps its name (beside its correct twin).
     ZOO + "prefix_capped:PrefixCappedConnector": {"api_shared_prefix"} | FILE_STORE_BUGS,
-    # ... a batch-mate that shares a prefix gets local hits in the same step: claimed again too.
-    ZOO + "over_claiming:OverClaimingConnector": {"api_mixed_hits", "api_concurrent_loads"} | FILE_STORE_BUGS,
+    # ... a batch-mate that shares a prefix gets local hits in the same step (two prompts, or the same
+    # embeddings beside their near miss in the last block): claimed again too.
+    ZOO + "over_claiming:OverClaimingConnector":
+        {"api_mixed_hits", "api_concurrent_loads", "api_prompt_embeds"} | FILE_STORE_BUGS,
     ZOO + "shared_pool_fallback:SaltFallbackConnector": {"api_cache_salt"} | FILE_STORE_BUGS,
     ZOO + "shared_pool_fallback:LoraFallbackConnector": {"api_lora_isolation"} | FILE_STORE_BUGS,
     ZOO + "shared_pool_fallback:EmbedsFallbackConnector": {"api_prompt_embeds"} | FILE_STORE_BUGS,
