@@ -43,7 +43,6 @@ def test_unknown_clause_id_is_rejected():
 
 # Clauses of the groups about what a load does that are exercised without one, each with why.
 EXERCISED_WITHOUT_A_LOAD = {
-    "api_no_collateral_writes": "it judges what a save writes into the paged cache too (nothing), load or not",
     "engine_effective_dtype": "it reads the KV dtype vLLM resolved in every connector engine",
     "engine_hma_groups": "it reads the KV cache groups vLLM built in every connector engine",
     "api_pd_format_isolation": "a P/D consumer's load is api_pd_roundtrip's to show; this judges the handover",
