@@ -74,11 +74,12 @@ def run_target(name: str, target: Target, tree: Path, only: set[str] | None = No
     config.write_text(f'[cosmic-ray]\nmodule-path = "{target.module}"\ntimeout = 600.0\nexcluded-modules = []\n'
                       f'test-command = "{command}"\n\n[cosmic-ray.distributor]\nname = "local"\n')
     subprocess.run([COSMIC_RAY, "init", str(config), str(session)], cwd=tree, check=True)
-    total = _count(session)
+    jobs = _jobs(session)
+    total = len(jobs)
     if only is not None:
-        _keep(session, only)
-    elif target.sample is not None and total > target.sample:
-        _keep_sample(session, target.sample)
+        _keep(session, {job for job, mutant in jobs.items() if mutant in only})
+    elif target.sample is not None and total > target.sample:  # the same seeded sample every run
+        _keep(session, set(random.Random(SAMPLE_SEED).sample(sorted(jobs), target.sample)))
     started = time.monotonic()
     subprocess.run([COSMIC_RAY, "exec", str(config), str(session)], cwd=tree, check=True)
     seconds = time.monotonic() - started
@@ -92,7 +93,7 @@ def run_target(name: str, target: Target, tree: Path, only: set[str] | None = No
     judged = len(mutants) - equivalent
     return {"module": target.module, "suite": target.suite, "mutants_generated": total, "mutants_run": len(mutants),
             "killed": killed, "survived": len(survivors), "equivalent": equivalent,
-            "score": round(killed / judged, 4) if judged else None, "seconds": round(seconds),
+            "score": _score(killed, judged), "seconds": round(seconds),
             "survivors": survivors}
 
 
@@ -113,30 +114,29 @@ def _annotation_only(diff: str) -> bool:
 _OPERATORS = ("+", "-", "*", "/", "//", "%", "**", "<<", ">>", "&", "^")
 
 
-def _count(session: Path) -> int:
-    with sqlite3.connect(session) as db:
-        return db.execute("SELECT COUNT(*) FROM work_items").fetchone()[0]
+def _mutant_id(operator: str, row: int, occurrence: int) -> str:
+    """A mutant's name that stays the same from run to run of the same file: operator @ line # occurrence."""
+    return f"{operator}@{row}#{occurrence}"
 
 
-def _keep_sample(session: Path, size: int) -> None:
-    """Drop all but a seeded sample of the session's work items (the same sample every run)."""
-    with sqlite3.connect(session) as db:
-        ids = sorted(row[0] for row in db.execute("SELECT job_id FROM work_items"))
-        keep = set(random.Random(SAMPLE_SEED).sample(ids, size))
-        for job in ids:
-            if job not in keep:
-                db.execute("DELETE FROM mutation_specs WHERE job_id = ?", (job,))
-                db.execute("DELETE FROM work_items WHERE job_id = ?", (job,))
-
-
-def _keep(session: Path, ids: set[str]) -> None:
-    """Drop every work item but the mutants ``ids`` names."""
+def _jobs(session: Path) -> dict[str, str]:
+    """The session's work items: job id -> mutant id."""
     with sqlite3.connect(session) as db:
         rows = db.execute("SELECT job_id, operator_name, start_pos_row, occurrence FROM mutation_specs").fetchall()
-        for job, operator, row, occurrence in rows:
-            if f"{operator}@{row}#{occurrence}" not in ids:
-                db.execute("DELETE FROM mutation_specs WHERE job_id = ?", (job,))
-                db.execute("DELETE FROM work_items WHERE job_id = ?", (job,))
+    return {job: _mutant_id(operator, row, occurrence) for job, operator, row, occurrence in rows}
+
+
+def _keep(session: Path, keep: set[str]) -> None:
+    """Drop every work item but the jobs ``keep`` names."""
+    with sqlite3.connect(session) as db:
+        for job in set(_jobs(session)) - keep:
+            db.execute("DELETE FROM mutation_specs WHERE job_id = ?", (job,))
+            db.execute("DELETE FROM work_items WHERE job_id = ?", (job,))
+
+
+def _score(killed: int, judged: int) -> float | None:
+    """Killed mutants over the non-equivalent ones."""
+    return round(killed / judged, 4) if judged else None
 
 
 def _merged(before: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +144,7 @@ def _merged(before: dict[str, Any], rerun: dict[str, Any]) -> dict[str, Any]:
     killed = before["killed"] + rerun["killed"]
     judged = before["mutants_run"] - rerun["equivalent"]
     return {**before, "killed": killed, "survived": rerun["survived"], "equivalent": rerun["equivalent"],
-            "score": round(killed / judged, 4) if judged else None, "survivors": rerun["survivors"],
+            "score": _score(killed, judged), "survivors": rerun["survivors"],
             "rerun_of_survivors": {"mutants": rerun["mutants_run"], "killed": rerun["killed"], "seconds": rerun["seconds"]}}
 
 
@@ -157,7 +157,7 @@ def _mutants(session: Path) -> list[dict[str, Any]]:
         if result is None:
             continue
         (spec,) = item["mutations"]
-        out.append({"id": f"{spec['operator_name']}@{spec['start_pos'][0]}#{spec['occurrence']}",
+        out.append({"id": _mutant_id(spec["operator_name"], spec["start_pos"][0], spec["occurrence"]),
                     "outcome": result["test_outcome"], "diff": result.get("diff", "")})
     return sorted(out, key=lambda m: m["id"])
 

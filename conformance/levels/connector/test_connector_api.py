@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from typing import Callable
 
 import pytest
 from hypothesis import given
@@ -445,14 +446,11 @@ def _load_together(api, batch: list[tuple[str, list[int]]], fills, *, block_size
     blocks differ from the ones it saved from): each loads only KV a request with its prefix computed."""
     cid = "api_concurrent_loads"
     storage = f"concurrent-{uuid.uuid4().hex[:12]}"
-    # Blocks and a token budget for the whole batch: every request looked up in the step before any is saved.
-    tokens = sum(len(prompt) for _, prompt in batch)
-    budget = {"max_num_batched_tokens": max(tokens + block_size, 4096)}
-    blocks = max(api.num_blocks, tokens // block_size + 2 * len(batch))
     with _connector_faults_fail(cid, context):
-        store, load = (api.lifetime(kv_cache_dtype=dtype, layout=layout, block_size=block_size, storage=storage,
-                                    phases=[Phase(requests, fill)], scheduling=budget, num_blocks=blocks)[0]
-                       for requests, fill in ((batch, fills[0]), (batch[::-1], fills[1])))
+        store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=batch,
+                        fill=fills[0], storage=storage)
+        load = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=batch[::-1],
+                       fill=fills[1], storage=storage)
     sources = [checks.Source(store, rid, prompt) for rid, prompt in batch]
     for rid, prompt in batch:
         n = load.external_tokens.get(rid, 0)
@@ -541,15 +539,27 @@ def _model_dtype_twins(api, evidence: dict[str, bool]) -> None:
             load = api.run(kv_cache_dtype="auto", layout=layout, block_size=block_size, model_dtype=second,
                            requests=[("neighbour", ps.neighbour), ("load", ps.stored)], fill=seeded_fill(45 + i),
                            storage=storage)
-        n = load.external_tokens.get("load", 0)
-        if n > 0 and not set(load.blocks.get("load", ())[: -(-n // block_size)]) <= load.load_errors:
-            raise ClauseViolation(cid, f"{context}the {second} pair loaded {n} tokens the {first} pair stored: it was "
-                                       f"served the other dtype's bytes {_where(load, 'twin load')}")
-        if n == 0 and not evidence["same_format_loaded"]:
-            with _connector_faults_fail(cid, context):
-                same = api.run(kv_cache_dtype="auto", layout=layout, block_size=block_size, model_dtype=first,
-                               requests=[("load", ps.stored)], fill=seeded_fill(45 + i), storage=storage)
-            evidence["same_format_loaded"] = same.external_tokens.get("load", 0) > 0
+        control = functools.partial(api.run, kv_cache_dtype="auto", layout=layout, block_size=block_size,
+                                    model_dtype=first, requests=[("load", ps.stored)], fill=seeded_fill(45 + i),
+                                    storage=storage)
+        _judge_twin_load(cid, load, block_size, evidence, f"the {first} pair", f"the {second} pair", control, context)
+
+
+def _judge_twin_load(cid: str, load: Run, block_size: int, evidence: dict[str, bool], stored: str, asked: str,
+                     control: Callable[[], Run], context: str = "") -> None:
+    """``asked``, a pair of the twin format, asked for what ``stored`` stored (request "load"): it loaded
+    nothing, or reported every block it claimed as a failed load. The twin's miss isolates only where the
+    same format loads: a connector that loads nothing misses for every format (Not exercised, never a Pass;
+    the harness counts what a run loads), so ``control``, the same format asked again, runs after a miss
+    until once in the clause it loads."""
+    n = load.external_tokens.get("load", 0)
+    if n > 0 and not set(load.blocks.get("load", ())[: -(-n // block_size)]) <= load.load_errors:
+        raise ClauseViolation(cid, f"{context}{asked} loaded {n} tokens that {stored} stored: it was served the "
+                                   f"other format's bytes {_where(load, 'twin load')}")
+    if n == 0 and not evidence["same_format_loaded"]:
+        with _connector_faults_fail(cid, context):
+            same = control()
+        evidence["same_format_loaded"] = same.external_tokens.get("load", 0) > 0
 
 
 @count_examples
@@ -564,18 +574,8 @@ def _format_isolation_examples(connector_api, twins, evidence, data):
                 neighbour=ps.neighbour)
     with _connector_faults_fail(cid):
         store, load = _store_and_load(connector_api, _drawn_fills(data, dtype, twin), load_dtype=twin, **case)
-    n = load.external_tokens.get("load", 0)
-    failed = set(load.blocks.get("load", ())[: -(-n // block_size)]) <= load.load_errors
-    if n > 0 and not failed:
-        raise ClauseViolation(cid, f"a {twin} connector pair loaded {n} tokens that a {dtype} pair stored: "
-                                   f"it was served the other format's bytes {_where(load, 'twin load')}")
-    if n == 0 and not evidence["same_format_loaded"]:
-        # The twin's miss isolates only where the same format loads: a connector that loads nothing
-        # misses for every format (Not exercised, never a Pass; the harness counts what a run loads).
-        # Asked until it once loads.
-        with _connector_faults_fail(cid):
-            _, same = _store_and_load(connector_api, _drawn_fills(data, dtype), **case)
-        evidence["same_format_loaded"] = same.external_tokens.get("load", 0) > 0
+    _judge_twin_load(cid, load, block_size, evidence, f"a {dtype} pair", f"a {twin} connector pair",
+                     lambda: _store_and_load(connector_api, _drawn_fills(data, dtype), **case)[1])
 
 
 @clause("api_model_isolation")
