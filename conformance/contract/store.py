@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import torch
 
 from conformance.contract.spec import KVSpec
+from conformance.verdict.status import NotRunnable
 
 # What a store may claim. A clause that needs a capability the store does not claim is
 # reported Disabled, never Fail.
@@ -86,11 +87,10 @@ class KVCorruptionError(RuntimeError):
     """Raised by a store whose bytes at rest are damaged (truncated, checksum mismatch)."""
 
 
-class StoreNotRunnable(Exception):
-    """Raised by a store factory that cannot run here (an unsupported version, a missing platform).
-
-    Every clause is then *Not runnable* with this reason: a fact about the platform, not a crash.
-    """
+# Raised by a store factory that cannot run here (an unsupported version, a missing platform): every
+# clause is then *Not runnable* with its reason, a fact about the platform, not a crash. The suite's
+# one NotRunnable, under the name store authors import.
+StoreNotRunnable = NotRunnable
 
 
 # How a store refuses cleanly: a miss (None) or one of these. Anything else (AttributeError,

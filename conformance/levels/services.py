@@ -11,6 +11,7 @@ from typing import Any, Iterable
 from conformance.levels.subject import ConnectorChoice
 from conformance.servers.lmcache_forks import ForkServer
 from conformance.servers.lmcache_server import LMCacheServer
+from conformance.verdict.status import NotRunnable
 
 DEFAULT_L1_GB = 0.25  # the L1 of the servers the suite starts, unless a declared capacity bounds it
 
@@ -69,7 +70,7 @@ class LMCacheService:
         without a connector run. Best effort: what stops it is raised by ``config``, where it is asked for."""
         try:
             self.server.launch()
-        except (RuntimeError, OSError):
+        except (RuntimeError, OSError, NotRunnable):
             pass  # not launched (no process): ``config`` starts it and raises why
 
     def config(self) -> dict[str, Any]:

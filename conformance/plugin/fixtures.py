@@ -16,10 +16,8 @@ from conformance.plugin.options import ENGINE_EVIDENCE, ENGINE_TIMINGS, ENGINE_V
 def kv_store_factory(request: pytest.FixtureRequest,
                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Any]]:
     """Builds fresh, guarded stores of the chosen kind, each in its own directory; closes them all."""
-    from conformance.contract.store import StoreNotRunnable
     from conformance.stores import loader
     from conformance.verdict.guard import GuardedStore
-    from conformance.verdict.status import not_runnable
 
     state = session_state(request.config)
     timeout = request.config.getoption(options.TIMEOUT)
@@ -31,8 +29,6 @@ def kv_store_factory(request: pytest.FixtureRequest,
             store = loader.build(state.choice, workdir)
         except loader.StoreLoadError as exc:
             pytest.exit(str(exc), returncode=4)
-        except StoreNotRunnable as exc:  # every clause that needs the store: Not runnable
-            not_runnable(str(exc))
         guarded = GuardedStore(store, name=state.choice.target, timeout_s=timeout)
         built.append(guarded)
         return guarded
@@ -90,19 +86,14 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 @pytest.fixture(scope="session")
 def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The connector level's harness for the chosen connector and model (Not runnable when no
-    shim covers the installed vLLM, or the suite cannot start the server it needs)."""
-    from conformance.levels.connector.eras import EraUnavailable
+    shim covers the installed vLLM, or the suite cannot start the server it needs: NotRunnable)."""
     from conformance.levels.connector.session import open_harness
-    from conformance.servers.lmcache_server import UndrivableServer
-    from conformance.verdict.status import not_runnable
 
     opt = request.config.getoption
     connector = connector_choice(request.config)
     try:
         harness, close = open_harness(connector, opt(options.MODEL), tmp_path_factory.mktemp("connector-api"),
                                       timeout_s=opt(options.TIMEOUT), other_model=other_model(request.config))
-    except (EraUnavailable, UndrivableServer) as exc:
-        not_runnable(str(exc))
     except ValueError as exc:
         pytest.exit(f"kvconform: {exc}", returncode=4)
     yield harness

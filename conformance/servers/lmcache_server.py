@@ -24,6 +24,7 @@ from typing import Any
 from conformance.servers.lmcache_forks import SERVER_ENV, SERVER_MODULE, ForkServer
 from conformance.util import forking, procs
 from conformance.util.versions import version_key
+from conformance.verdict.status import NotRunnable
 
 
 def _port_open(port: int) -> bool:
@@ -45,7 +46,7 @@ def _lmcache_version(python: str) -> str:
     return probe.stdout.strip()
 
 
-class UndrivableServer(RuntimeError):
+class UndrivableServer(NotRunnable):
     """An LMCache release whose server the suite cannot start: what needs it cannot be judged here
     (Not runnable), which says nothing of the connector."""
 

@@ -61,6 +61,13 @@ def skip_as(status: Status, reason: str) -> NoReturn:
     raise exc
 
 
+class NotRunnable(Exception):
+    """The platform, the installed version or the subject's shape cannot run this clause here; the
+    message says why. Raised anywhere below a test (a fixture, a helper, a store factory), it ends
+    the test as Not runnable: the plugin maps it, as it maps ``HarnessError`` to Error, so nobody
+    translates it by hand."""
+
+
 def not_runnable(reason: str) -> NoReturn:
     """The platform, the installed version or the connector's shape cannot run this clause here."""
     skip_as(Status.NOT_RUNNABLE, reason)

@@ -1,17 +1,17 @@
 """One engine-level cell: a connector, a model, a kv_cache_dtype, and the engines that test them.
 
-Engines are expensive (seconds each on two cores), so a cell starts each *role* once and every
-scenario reads the same runs: a no-connector baseline, one engine that stores, resets its own
-prefix cache and loads again (every connector), and for a connector whose cache outlives its
-engine: a store engine, a fresh load engine, a load engine under the format twin (plus its baseline)
-and one of another checkpoint of the model, and a load engine after the storage was damaged. Runs
-happen on first use, in dependency order (with two lanes, the roles no other role touches start beside the rest once the
-baseline ran: ``SECOND_LANE``), and are kept with their timings; the no-connector baselines may come from a
-matrix run's ``BaselineStore`` instead (same spec, same Python: the same run).
+Engines are expensive (seconds each on two cores), so a cell starts each *role* (``roles``: what
+each serves, phase by phase, and with which settings) once, and every scenario reads the same runs:
+a no-connector baseline, one engine that stores, resets its own prefix cache and loads again
+(every connector), and for a connector whose cache outlives its engine: a store engine, a fresh
+load engine, a load engine under the format twin (plus its baseline) and one of another checkpoint
+of the model, and a load engine after the storage was damaged. Runs happen on first use, in
+dependency order (with two lanes, the roles no other role touches start beside the rest once the
+baseline ran: ``SECOND_LANE``), and are kept with their timings; the no-connector baselines may
+come from a matrix run's ``BaselineStore`` instead (same spec, same Python: the same run).
 
-Over 450 lines: ``EngineCell`` is one object because its roles share one life (the lanes, the
-hosts, the servers per world, the runs each started once, a hang that ends the rest); what it
-starts is ``roles``, what it asks ``prompts``, how outputs are judged ``compare``.
+Where the engines live (interpreters, hosts, servers, storage) is ``worlds``; what the cell leaves
+beside its results ``evidence``; how outputs are judged ``compare``.
 """
 
 from __future__ import annotations
@@ -22,60 +22,38 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Collection, Literal, TypedDict
+from typing import Any, Collection
 
 from conformance.contract.spec import same_width_twin
-from conformance.levels.engine import separate
+from conformance.levels.engine import evidence
 from conformance.levels.engine.baselines import BaselineStore
-from conformance.levels.engine.compare import Reference, Tolerance, comparison_tolerance, request_outcome
-from conformance.levels.engine.launch import EngineHost, EngineRun, run_engine, serving_engine
-from conformance.levels.engine.models import IMAGE_MODEL, NO_OTHER_MODEL, load_recipe, materialise_in
+from conformance.levels.engine.compare import Reference, Tolerance, comparison_tolerance
+from conformance.levels.engine.launch import EngineRun, run_engine, serving_engine
+from conformance.levels.engine.models import IMAGE_MODEL, RoleModels, load_recipe
 from conformance.levels.engine.prompts import (
-    DEFAULT_MODEL_LEN,
     OUTPUT_ROOM,
+    PRESSURE,
+    PRESSURE_AGAIN,
     REUSED_BLOCKS,
     pressure_batches,
     prompt_batches,
 )
 from conformance.levels.engine.roles import (
-    ACROSS,
-    AFTER_LOSS,
-    BLOCK_BASELINE,
-    CACHED_AT,
-    EMBEDS,
-    IMAGES,
-    LORA,
     NO_CONNECTOR,
-    REPLAY,
-    RETRAINED_LOAD,
     ROLES,
     SAME_ENGINE,
     SECOND_LANE,
-    SPLIT_AT,
-    STORED,
     STORED_BY,
     STORED_MARK,
-    TP_BASELINE,
-    WITHOUT_CONNECTOR,
+    Variant,
     connected,
-    side_of,
     world_of,
 )
-from conformance.levels.engine.specs import Batch, EngineSpec
-from conformance.levels.services import LMCacheService
-from conformance.levels.subject import ConnectorChoice, damage_files, side_channel_ports, span_pad, unreachable_storage
-from conformance.servers.lmcache_forks import ForkServer
-from conformance.servers.lmcache_server import UndrivableServer
-from conformance.verdict.clauses import CLAUSES
+from conformance.levels.engine.specs import DEFAULT_MODEL_DTYPE, DEFAULT_MODEL_LEN, Batch, EngineSpec
+from conformance.levels.engine.worlds import Worlds
+from conformance.levels.subject import ConnectorChoice, side_channel_ports, span_pad
 from conformance.verdict.guard import HarnessError
-from conformance.verdict.status import not_runnable
-
-EVIDENCE_LOG_BYTES = 64 << 10  # of each engine's log kept beside the results
-
-
-class NotRunnable(Exception):
-    """This platform or vLLM cannot run what the scenario needs; the reason is vLLM's own."""
-
+from conformance.verdict.status import NotRunnable
 
 # Every engine computes on one thread, as vLLM means its CPU engines to serve ("no steady-state CPU op
 # benefits from intra-op parallelism"; 0.32's worker blocks its own reduction to one): one thread count
@@ -89,6 +67,7 @@ LANE_THREAD = "engine-lane"  # the second lane's thread
 # instances on one machine do; one thread either way, so the same bits (later releases, whose engines
 # run in process, bind nothing).
 BIND = "VLLM_CPU_OMP_THREADS_BIND"
+OPTIONAL_BATCHES = (PRESSURE, PRESSURE_AGAIN)  # drawn only for a declared capacity: a role asks for them if drawn
 
 
 def lane_binding(ranks: int = 1) -> dict[str, str]:
@@ -104,26 +83,6 @@ def lane_binding(ranks: int = 1) -> dict[str, str]:
     return {BIND: str(cores[lane % len(cores)])}
 
 
-class Process(TypedDict):
-    """How an engine is started: the host of its interpreter (None: a fresh process), its environment."""
-
-    host: EngineHost | None
-    env: dict[str, str]
-
-
-class RoleEvidence(TypedDict, total=False):
-    """What a role's engine came to, kept beside the results: whether it ran, why not, each request's
-    outcome, vLLM's prefix-cache counters (as summed from every step, and as vLLM logged them), and
-    where its log's copy is."""
-
-    ok: bool
-    error: str
-    requests: list[dict[str, Any]]
-    counters: dict[str, float]
-    counters_logged: dict[str, float]
-    log: str
-
-
 NOT_STARTED = "not started: "  # a role's run after another engine of the cell hung (``_hung_run``)
 
 
@@ -133,38 +92,12 @@ class EngineCell:
                  hosted: bool = True, lanes: int = 1, clauses: Collection[str] = (), tensor_parallel: int = 1,
                  recipe: str | None = None, other_model: Path | None = None) -> None:
         self.connector, self.model, self.kv_cache_dtype = connector, model, kv_cache_dtype
-        # The recipe ``model`` was made from (None: the user's directory), and the other models the
-        # cell's roles serve, made on first ask by whichever lane asks first (``_made``).
-        self.recipe = recipe
-        self.other_model = other_model  # the other checkpoint the user gave (--kv-other-model)
-        self._models: dict[tuple[str, int], Path] = {}
-        self._models_lock = threading.Lock()
+        # The other models the cell's roles serve: another checkpoint, the image model (made on first ask).
+        self.models = RoleModels(python, recipe, other_model)
         self.tensor_parallel = tensor_parallel
         self.block_size, self.workdir, self.timeout_s, self.python = block_size, workdir, timeout_s, python
         workdir.mkdir(parents=True, exist_ok=True)
-        # vLLM imported once per interpreter of the cell's engines (``side_of``), each started with
-        # its own hash seed and the environment the connector declares; hosted=False: each engine a
-        # fresh process, started the same way. The hosts a matrix runner handed over are taken in
-        # ``separate.SIDES`` order (unless the connector declares an environment they were not started with).
-        declared = dict(connector.engine_env)
-        self.interpreters = {separate.FIRST: separate.interpreter_env(separate.draw_seed(), declared)}
-        self.hosts: dict[str, EngineHost] = {}
-        if hosted:
-            first = self.hosts[separate.FIRST] = EngineHost(python, workdir / "engine-host.log", adopt=not declared,
-                                                            env=self.interpreters[separate.FIRST])
-            first.launch()
-            if first.handed and first.hash_seed:
-                self.interpreters[separate.FIRST] = separate.interpreter_env(first.hash_seed, declared)
-        taken = {separate.seed_of(self.interpreters[separate.FIRST]) or ""}
-        self.interpreters[separate.SECOND] = separate.interpreter_env(separate.draw_seed(taken), declared)
-        if hosted:
-            second = self.hosts[separate.SECOND] = EngineHost(python, workdir / "engine-host-second.log",
-                                                              adopt=not declared, side=separate.SECOND,
-                                                              env=self.interpreters[separate.SECOND])
-            if any(CLAUSES[c].requires & separate.CROSS_ENGINE for c in clauses if c in CLAUSES):
-                second.launch()  # imported ahead, or beside the first host and the baseline: not before a load engine
-            if second.handed and second.hash_seed:
-                self.interpreters[separate.SECOND] = separate.interpreter_env(second.hash_seed, declared)
+        self.worlds = Worlds(connector, workdir, python, block_size, hosted=hosted, clauses=clauses)
         self.baselines = baselines  # shared no-connector runs (a matrix run's), or None: start them here
         # The model's config.json, read once (a model directory without one: vLLM's defaults apply).
         self.model_config: dict[str, Any] = json.loads(config.read_text()) if (config := model / "config.json").is_file() \
@@ -183,16 +116,6 @@ class EngineCell:
             else:
                 self.batches.update(found)
         self.runs: dict[str, EngineRun] = {}
-        # LMCache's servers the suite starts, one per world (``server``), each forked from one process
-        # that imported LMCache once (a world's server costs a fork, not an import); none for other connectors.
-        self.servers: dict[str, LMCacheService] | None = None
-        self._forks: ForkServer | None = None
-        if LMCacheService.wanted_by(connector):
-            self.servers, self._forks = {}, ForkServer(python, workdir / "lmcache-forks.log")
-        for world in (world_of(SAME_ENGINE), ACROSS):  # the first worlds asked for: up while the baseline runs
-            self.server(world)
-        self.loss = ""  # how the suite last damaged the storage (lose_storage); "" while intact
-        self.storage = self.storage_of(ACROSS)  # what the store engine writes and lose_storage damages
         # Two lanes: the SECOND_LANE roles of the clauses selected (``clauses``) run beside the rest,
         # in SECOND_LANE's order (never the selection's: a set's order changes with the hash seed,
         # and with it which engine a hanging connector stalls first).
@@ -201,63 +124,15 @@ class EngineCell:
         self._ahead: dict[str, Future[EngineRun]] = {}
         self._lane: ThreadPoolExecutor | None = None
 
-    # -- connector infrastructure ---------------------------------------------------------------
-    def storage_of(self, world: str) -> Path:
-        """Where the connector keeps what ``world``'s engines store ("{storage}" in its extra config)."""
-        return self.workdir / ("storage" + (f"-{world}" if world else ""))
-
-    def server(self, world: str) -> LMCacheService | None:
-        """``world``'s LMCache server (None for a connector that needs none), launched on the first ask
-        (forked from the cell's fork server; spawned where that fails, then ending with the asking
-        thread); its ``config`` waits until it is up. The cross-engine world keeps a spare:
-        lose_storage switches to it."""
-        if self.servers is None:
-            return None
-        service = self.servers.get(world)
-        if service is None:
-            log = self.workdir / f"lmcache-server{f'-{world}' if world else ''}.log"
-            service = self.servers[world] = LMCacheService(log, chunk_size=2 * self.block_size, python=self.python,
-                                                           l1_bytes=self.connector.capacity_bytes,
-                                                           spare=world == ACROSS, forks=self._forks,
-                                                           args=self.connector.server_args)
-            service.launch()
-        return service
-
-    def _connector_extra(self, role: str) -> dict[str, Any]:
-        """What the suite started for the connector (its world's LMCache server), empty where nothing is needed."""
-        service = self.server(world_of(role))
-        if service is None:
-            return {}
-        try:
-            return service.config()
-        except UndrivableServer as exc:
-            not_runnable(str(exc))
-        except (RuntimeError, OSError) as exc:  # TimeoutError too: the suite's server, never the connector's verdict
-            raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
-
-    def lose_storage(self) -> str:
-        """Damage what the store engine wrote; say how (a storage hook the user gave does it instead).
-        Not runnable for storage we cannot reach."""
-        hooked = self.connector.damage_with_hook(str(self.storage), "truncate")
-        if hooked is not None:
-            return hooked
-        done = [d for d in (damage_files(self.storage, "halve"),) if d is not None]
-        across = (self.servers or {}).get(ACROSS)
-        if across is not None and across.started:  # both, when both hold KV (MultiConnector)
-            done.append(across.lose())
-        if done:
-            return " and ".join(done)
-        raise NotRunnable(unreachable_storage(self.connector))
+    @property
+    def loss(self) -> str:
+        """How the suite last damaged the storage ("" while intact)."""
+        return self.worlds.loss
 
     def close(self) -> None:
         if self._lane is not None:  # its engines end by their own deadline at the latest
             self._lane.shutdown(wait=True, cancel_futures=True)
-        for host in self.hosts.values():
-            host.close()
-        if self.servers:
-            LMCacheService.stop_all(self.servers.values())
-        if self._forks is not None:
-            self._forks.stop()
+        self.worlds.close()
 
     @property
     def reused_blocks(self) -> int:
@@ -265,82 +140,50 @@ class EngineCell:
         return REUSED_BLOCKS + self.pad // self.block_size
 
     # -- engines --------------------------------------------------------------------------------
-    def _spec(self, kv_cache_dtype: str, role: str | None, batches: list[str],
-              load_failure_policy: str | None = None, reload: list[str] | None = None,
-              then: list[str] | None = None, model: Path | None = None) -> EngineSpec:
-        """An engine's spec: no connector when ``role`` is None; ``reload`` batches run after the
-        engine reset its own prefix cache (a second phase), ``then`` after it reset it again (a third);
-        ``model``: another directory than the cell's model."""
-        phases = [batches, reload or [], then or []]
-        model = model or self.model
+    def spec(self, role: str, connected: bool = True) -> EngineSpec:
+        """``role``'s engine spec, as ``ROLES`` writes its scenario; ``connected=False``: the same
+        engine without the connector."""
+        facts = ROLES[role]
+        settings = facts.settings
+        model = {"cell": lambda: self.model, "other checkpoint": lambda: self.models.retrained,
+                 "image": lambda: self.models.image}[settings.model]()
+        phases = [[b for b in names if b in self.batches or b not in OPTIONAL_BATCHES] for names in facts.phases]
+        spec = self._spec(self.twin_dtype if settings.twin_format else self.kv_cache_dtype, phases, model)
+        if connected and facts.connector:
+            storage = self.worlds.storage_of(world_of(role))
+            storage.mkdir(parents=True, exist_ok=True)
+            spec["connector"] = self.connector.transfer_config(self.worlds.connector_extra(role), str(storage),
+                                                               role=facts.kv_role, model=model.name)
+            if settings.recompute:
+                spec["connector"]["kv_load_failure_policy"] = "recompute"
+        if settings.drain:
+            spec["drain"] = True
+        if settings.tight:
+            spec["max_tokens"], spec["num_blocks"] = 1, self.reused_blocks + 2
+            spec["max_model_len"] = (self.reused_blocks + 1) * self.block_size
+        if settings.lora:
+            spec["lora_adapter"] = str(self.workdir / "lora-adapter")
+        if settings.prompt_embeds:
+            spec["prompt_embeds"] = True
+        if settings.images:
+            spec["images"] = load_recipe(IMAGE_MODEL)["images"]
+        if settings.tensor_parallel:
+            spec["tensor_parallel_size"] = self.tensor_parallel
+        if settings.other_block_size:
+            spec["block_size"] = self.other_block_size
+        return spec
+
+    def _spec(self, kv_cache_dtype: str, phases: list[list[str]], model: Path) -> EngineSpec:
+        """An engine of ``model`` serving ``phases`` of batches, no connector: before each later phase
+        it resets its own prefix cache."""
         spec: EngineSpec = {"model": str(model), "kv_cache_dtype": kv_cache_dtype,
-                                "block_size": self.block_size, "torch_threads": ENGINE_THREADS,
-                                "batches": [{**self.batches[b], "phase": i} if i else self.batches[b]
-                                            for i, names in enumerate(phases) for b in names]}
+                            "block_size": self.block_size, "torch_threads": ENGINE_THREADS,
+                            "batches": [{**self.batches[b], "phase": i} if i else self.batches[b]
+                                        for i, names in enumerate(phases) for b in names]}
         longest = max((len(p) for b in spec["batches"] for p in b["prompts"]), default=0)
         if longest + OUTPUT_ROOM > DEFAULT_MODEL_LEN:  # the long system prompt: as long as the model allows
             spec["max_model_len"] = self.positions
-        if role is not None:
-            storage = self.storage_of(world_of(role))
-            storage.mkdir(parents=True, exist_ok=True)
-            spec["connector"] = self.connector.transfer_config(self._connector_extra(role), str(storage),
-                                                               role=ROLES[role].kv_role if role in ROLES else None,
-                                                               model=model.name)
-            if load_failure_policy:
-                spec["connector"]["kv_load_failure_policy"] = load_failure_policy
         return spec
-
-    def _roles(self, connected: bool = True) -> dict[str, Callable[[], EngineSpec]]:
-        """Each role's engine spec; ``connected=False``: the same engines without the connector."""
-        load = ["extends", "boundaries", "concurrent"]
-        dtype = self.kv_cache_dtype
-
-        def using(role: str) -> str | None:
-            return role if connected else None
-
-        return {
-            "baseline": lambda: self._spec(dtype, None, [*load, "after_abort", "reused", "system",
-                                                         *(["pressure_again"] if "pressure" in self.batches else ())]),
-            SAME_ENGINE: lambda: self._spec(dtype, using(SAME_ENGINE), [*STORED, "aborted", "tenant"],
-                                            reload=[*load, "salted", "untenanted", "other_tenant", "after_abort"]),
-            LORA: lambda: {**self._spec(dtype, using(LORA), ["boundaries", "adapter_stored"],
-                                        reload=["adapted", "base_on_adapter", "other_adapter", "boundaries"],
-                                        then=["adapter_version"]),
-                           "lora_adapter": str(self.workdir / "lora-adapter")},
-            EMBEDS: lambda: {**self._spec(dtype, using(EMBEDS), ["embeds_stored"],
-                                          reload=["other_embeds", "embeds_as_tokens", "embeds_again"],
-                                          then=["tokens_as_embeds"]),
-                             "prompt_embeds": True},
-            IMAGES: lambda: {**self._spec(dtype, using(IMAGES), ["image_stored"], reload=["other_image", "image_again"],
-                                          model=self.image_model),
-                             "images": load_recipe(IMAGE_MODEL)["images"]},
-            "store": lambda: {**self._spec(dtype, using("store"), STORED), "drain": True},
-            "load": lambda: self._spec(dtype, "load", load),
-            # The format twin asks only for prompts none of which shares a prefix with another: whatever it
-            # is served, the other format's engine stored (never its own KV of an earlier prompt).
-            "twin_baseline": lambda: self._spec(self.twin_dtype, None, ["boundaries"]),
-            "twin_load": lambda: self._spec(self.twin_dtype, "twin_load", ["boundaries"]),
-            RETRAINED_LOAD: lambda: self._spec(dtype, RETRAINED_LOAD, ["boundaries"], model=self.retrained_model),
-            "after_loss": lambda: self._spec(dtype, "after_loss", load),
-            "after_loss_recompute": lambda: self._spec(dtype, "after_loss_recompute", load, "recompute"),
-            # A cache of one usable block more than a "reused" prompt takes (vLLM's null block besides),
-            # each request ending in its prefill step: the next one is given the blocks it gave back.
-            "reuse_store": lambda: {**self._spec(dtype, using("reuse_store"), ["reused"]), "max_tokens": 1, "drain": True,
-                                    "num_blocks": self.reused_blocks + 2,
-                                    "max_model_len": (self.reused_blocks + 1) * self.block_size},
-            "reuse_load": lambda: self._spec(dtype, "reuse_load", ["reused"]),
-            "prefix_store": lambda: {**self._spec(dtype, using("prefix_store"), ["system"]), "drain": True},
-            "prefix_load": lambda: self._spec(dtype, "prefix_load", ["system"]),
-            "pressure_store": lambda: {**self._spec(dtype, using("pressure_store"), ["pressure"]), "drain": True},
-            "pressure_load": lambda: self._spec(dtype, "pressure_load", ["pressure_again"]),
-            TP_BASELINE: lambda: {**self._spec(dtype, None, load), "tensor_parallel_size": self.tensor_parallel},
-            "tp_store": lambda: {**self._spec(dtype, using("tp_store"), STORED), "drain": True,
-                                 "tensor_parallel_size": self.tensor_parallel},
-            "tp_load": lambda: {**self._spec(dtype, "tp_load", load), "tensor_parallel_size": self.tensor_parallel},
-            BLOCK_BASELINE: lambda: {**self._spec(dtype, None, load), "block_size": self.other_block_size},
-            "bs_store": lambda: {**self._spec(dtype, using("bs_store"), STORED), "drain": True},
-            "bs_load": lambda: {**self._spec(dtype, "bs_load", load), "block_size": self.other_block_size},
-        }
 
     def tolerance(self, baseline: EngineRun, batch: str) -> Tolerance | None:
         """What a run is compared to ``baseline`` within for ``batch``: vLLM's own irreproducibility
@@ -360,38 +203,6 @@ class EngineCell:
         return 2 * self.block_size
 
     @property
-    def retrained_model(self) -> Path:
-        """Another checkpoint of the cell's model (engine_model_isolation): the one the user gave, else
-        the recipe's weights drawn from another seed."""
-        if self.other_model is not None:
-            return self.other_model
-        if self.recipe is None:
-            raise NotRunnable(NO_OTHER_MODEL)
-        made = self._made(self.recipe, retrained=1)
-        if isinstance(made, str):
-            raise HarnessError(f"the suite could not make another checkpoint of {self.recipe}: {made}")
-        return made
-
-    @property
-    def image_model(self) -> Path:
-        """The vision-language model the multimodal role serves (engine_multimodal_isolation)."""
-        made = self._made(IMAGE_MODEL)
-        if isinstance(made, str):
-            raise NotRunnable(f"the suite's multimodal model ({IMAGE_MODEL}) cannot be made with this Python's "
-                              f"transformers: {made}")
-        return made
-
-    def _made(self, recipe: str, retrained: int = 0) -> Path | str:
-        """``recipe``'s model directory, made once by the engine's Python (or why it could not be)."""
-        with self._models_lock:
-            if (recipe, retrained) not in self._models:
-                made = materialise_in(self.python, recipe, retrained=retrained)
-                if isinstance(made, str):
-                    return made
-                self._models[recipe, retrained] = made
-            return self._models[recipe, retrained]
-
-    @property
     def twin_dtype(self) -> str:
         twin = same_width_twin(self.kv_cache_dtype, self._model_dtype())
         if twin is None:
@@ -408,9 +219,9 @@ class EngineCell:
         return config["num_hidden_layers"] * 2 * heads * head * element
 
     def _model_dtype(self) -> str:
-        """The model's dtype, what ``auto`` resolves to (a model directory without one is bfloat16)."""
+        """The model's dtype, what ``auto`` resolves to (a model directory without one: the engine's default)."""
         dtype = self.model_config.get("torch_dtype")
-        return dtype if isinstance(dtype, str) else "bfloat16"
+        return dtype if isinstance(dtype, str) else DEFAULT_MODEL_DTYPE
 
     def run(self, role: str) -> EngineRun:
         """The run of ``role``, started (after what it depends on) on first use, or the one the
@@ -426,7 +237,7 @@ class EngineCell:
             return
         for role in self._ahead_roles:  # their servers from this thread, which outlives the lane's
             if connected(role):
-                self.server(world_of(role))
+                self.worlds.server(world_of(role))
         self._lane = ThreadPoolExecutor(1, thread_name_prefix=LANE_THREAD)
         for role in self._ahead_roles:  # each registered before any runs: never started twice
             self._ahead[role] = self._lane.submit(self._start, role)
@@ -438,12 +249,8 @@ class EngineCell:
                 self.run(dep)
             except NotRunnable:
                 pass
-        if facts.damaged:
-            # Damaged afresh for each such engine: the one before may have stored its recomputed KV.
-            self.loss = self.lose_storage()
-        if facts.intact and self.loss:
-            raise HarnessError(f"engine {role} would read storage already damaged for {'/'.join(AFTER_LOSS)}")
-        spec = self._roles()[role]()
+        self.worlds.damage_for(role)
+        spec = self.spec(role)
         hung = self._hung_run(role) if spec.get("connector") else None
         if hung is not None:
             self.runs[role] = hung
@@ -457,7 +264,7 @@ class EngineCell:
         kept in, the matrix run's baselines when there are any."""
         def start() -> EngineRun:
             return run_engine(spec, self.workdir / "engines", name, timeout_s=self.timeout_s, python=self.python,
-                              **self._process(name, lane_binding(spec.get("tensor_parallel_size", 1))))
+                              **self.worlds.process(name, lane_binding(spec.get("tensor_parallel_size", 1))))
 
         return self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
 
@@ -477,11 +284,11 @@ class EngineCell:
                                    "cache", lambda: self._replay(loaded), from_cache=True))
         if cached % self.block_size == 0:
             found.append(Reference(f"vLLM's own output with its first {cached} tokens in vLLM's prefix cache",
-                                   lambda: self._reference(baseline, CACHED_AT, cached, "cached_prefix"),
+                                   lambda: self._reference(Variant(baseline.role, "cached", cached)),
                                    from_cache=True))
         if prompt_len - cached <= cached:
             found.append(Reference(f"vLLM's own output with the first {cached} tokens computed apart",
-                                   lambda: self._reference(baseline, SPLIT_AT, cached, "prefill_chunk"),
+                                   lambda: self._reference(Variant(baseline.role, "split_at", cached)),
                                    from_cache=False))
         return found
 
@@ -489,10 +296,9 @@ class EngineCell:
         """The storing role's batches, then ``loaded``'s, in one engine without the connector or a
         prefix-cache reset: what a connector that loads exactly vLLM's own hits would have it serve.
         The stored batches are renamed (``STORED_MARK``): ``loaded``'s keep their names."""
-        name = f"{loaded}{REPLAY}"
+        name = Variant(loaded, "replayed").name
         if name not in self.runs:
-            roles = self._roles(connected=False)
-            store, load = roles[STORED_BY[loaded]](), roles[loaded]()
+            store, load = self.spec(STORED_BY[loaded], connected=False), self.spec(loaded, connected=False)
             stored: list[Batch] = [{**b, "name": b["name"] + STORED_MARK, "phase": 0} for b in store["batches"]
                                    if b.get("phase", 0) == 0]
             asked: list[Batch] = [{**b, "phase": 0} for b in load["batches"]
@@ -507,12 +313,13 @@ class EngineCell:
         run = self.runs[name]
         return run if run.ok else None
 
-    def _reference(self, baseline: EngineRun, mark: str, cached: int,
-                   setting: Literal["cached_prefix", "prefill_chunk"]) -> EngineRun | None:
-        name = f"{baseline.role}{mark}{cached}"
+    def _reference(self, variant: Variant) -> EngineRun | None:
+        """vLLM's own output for the baseline ``variant.role``'s prompts, each one's first
+        ``variant.tokens`` in its prefix cache ("cached") or prefilled apart ("split_at")."""
+        name = variant.name
         if name not in self.runs:
-            spec = self._roles()[baseline.role]()
-            spec[setting] = cached
+            spec = self.spec(variant.role)
+            spec["cached_prefix" if variant.kind == "cached" else "prefill_chunk"] = variant.tokens
             self.runs[name] = self._launch(spec, name, shared=True)
         run = self.runs[name]
         return run if run.ok else None
@@ -521,9 +328,9 @@ class EngineCell:
         """``role``'s engine with no connector (shared like the baselines): whether vLLM itself runs
         the settings of a role the baseline does not vouch for (``OWN_SETTINGS``), asked once that
         role's engine failed."""
-        name = f"{role}{WITHOUT_CONNECTOR}"
+        name = Variant(role, "without_connector").name
         if name not in self.runs:
-            self.runs[name] = self._launch(self._roles(connected=False)[role](), name, shared=True)
+            self.runs[name] = self._launch(self.spec(role, connected=False), name, shared=True)
         return self.runs[name]
 
     def run_pd(self) -> tuple[EngineRun, EngineRun | None]:
@@ -538,26 +345,21 @@ class EngineCell:
         if hung is not None:
             self.runs["producer"] = hung
             return hung, None
-        producer_spec: EngineSpec = {**self._spec(self.kv_cache_dtype, "producer", STORED), "max_tokens": 1,
+        producer_spec: EngineSpec = {**self.spec("producer"), "max_tokens": 1,
                                      "kv_transfer_params": {"do_remote_decode": True}}
         engines = self.workdir / "engines"
         with serving_engine(producer_spec, engines, "producer", timeout_s=self.timeout_s, python=self.python,
-                            **self._process("producer", side_channel_ports())) as producer:
+                            **self.worlds.process("producer", side_channel_ports())) as producer:
             self.runs["producer"] = producer
             if not producer.ok:
                 return producer, None
-            spec = self._spec(self.kv_cache_dtype, "consumer", STORED)
+            spec = self.spec("consumer")
             for batch in spec["batches"]:
                 batch["kv_transfer_params"] = [r["kv_transfer_params"] for r in producer.requests(batch["name"])]
             self.runs["consumer"] = run_engine(spec, engines, "consumer", timeout_s=self.timeout_s,
-                                               python=self.python, **self._process("consumer", side_channel_ports()))
+                                               python=self.python,
+                                               **self.worlds.process("consumer", side_channel_ports()))
         return producer, self.runs["consumer"]
-
-    def _process(self, role: str, env: dict[str, str]) -> Process:
-        """How ``role``'s engine is started: the host of its interpreter (``side_of``), and ``env`` with
-        that interpreter's (a fresh process, where no host runs it, is started with the same hash seed)."""
-        side = side_of(role)
-        return {"host": self.hosts.get(side), "env": {**env, **self.interpreters[side]}}
 
     def _hung_run(self, role: str) -> EngineRun | None:
         """Once an engine with the connector was killed at its deadline, no other is started: each
@@ -595,53 +397,14 @@ class EngineCell:
             self._run_ahead()
         return engine
 
-    def keep_evidence(self, into: Path, base: Path) -> dict[str, RoleEvidence]:
-        """Copy what each engine of the cell logged (its last ``EVIDENCE_LOG_BYTES``, redacted) into
-        ``into``, and return, per role, where that copy is (relative to ``base``, the results file's
-        directory) and what each request came to (prompt length, cached and external hits, finish
-        reason, tokens): what a user checks a verdict by, kept past pytest's rotating temp directories."""
-        from conformance.verdict.results import redact_text
-
-        into.mkdir(parents=True, exist_ok=True)
-        kept: dict[str, RoleEvidence] = {}
-        for role, run in self.runs.items():
-            entry: RoleEvidence = {"ok": run.ok, **({"error": redact_text(run.error.splitlines()[0])}
-                                                     if run.error else {}),
-                                     "requests": [request_outcome(r) for r in run.result.get("requests", ())]}
-            if "counters" in run.result:
-                entry["counters"] = run.result["counters"]
-                entry["counters_logged"] = run.result.get("counters_logged", {})
-            log = self.workdir / "engines" / f"{role}.log"
-            if log.is_file():
-                data = log.read_bytes()[-EVIDENCE_LOG_BYTES:].decode(errors="replace")
-                (into / f"{role}.log").write_text(redact_text(data))
-                entry["log"] = str((into / f"{role}.log").relative_to(base))
-            kept[role] = entry
-        return kept
+    def keep_evidence(self, into: Path, base: Path) -> dict[str, evidence.RoleEvidence]:
+        """What each engine logged and what each request came to, kept in ``into`` (``evidence.keep``)."""
+        return evidence.keep(self.runs, self.workdir / "engines", into, base)
 
     def versions(self) -> dict[str, str]:
         """Package versions reported by the engines (vLLM, LMCache, torch as the engine saw them)."""
-        for run in self.runs.values():
-            if run.result.get("versions"):
-                return run.result["versions"]
-        return {}
+        return evidence.versions(self.runs)
 
     def timings(self) -> dict[str, Any]:
-        """Per role, its engine's wall and vLLM start times (and the baseline it reused); what the cell
-        cost in engine processes and vLLM imports (its host's one, plus each engine's own)."""
-        started = [r for r in self.runs.values() if "reused_from" not in r.result and r.wall_s]
-        hosts = {side: host.describe() for side, host in self.hosts.items() if host.launched}
-        return {role: {"wall_s": r.wall_s, "engine_start_s": r.result.get("t_engine_start_s"),
-                       "batches_s": r.result.get("t_batches_s"),
-                       # which interpreter it ran in: its PID, hash seed, hash() probe and vLLM's NONE_HASH
-                       **({"process": r.result["process"]} if "process" in r.result else {}),
-                       **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
-                for role, r in self.runs.items()} | {
-            "lmcache_servers_ready_s": {world or "across": s.ready_s for world, s in (self.servers or {}).items()
-                                        if s.ready_s is not None} or None,
-            "engine_host": hosts.get(separate.FIRST), "second_engine_host": hosts.get(separate.SECOND),
-            # the hash seed each interpreter was started with (a drawn one, or the connector's own)
-            "hash_seeds": {side: separate.seed_of(env) for side, env in self.interpreters.items()},
-            "engine_starts": len(started), "lanes": self.lanes,
-            "vllm_imports": sum(r.result.get("imported_vllm") is True for r in started)
-            + sum(h.get("ready_s") is not None for h in hosts.values())}
+        """What each engine and the cell cost (``evidence.timings``)."""
+        return evidence.timings(self.runs, self.worlds, self.lanes)

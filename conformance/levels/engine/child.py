@@ -53,8 +53,21 @@ import traceback
 from typing import Any, Mapping, NoReturn
 
 from conformance.levels.engine import separate
+from conformance.levels.engine.adapters import LORA_RANK, lora_adapters
 from conformance.levels.engine.counters import COUNTERS, StepCounters, logged
-from conformance.levels.engine.specs import Batch, EngineResult, EngineSpec, Request, Step
+from conformance.levels.engine.specs import (
+    DEFAULT_KV_CACHE_MB,
+    DEFAULT_LOGPROBS,
+    DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_MODEL_DTYPE,
+    DEFAULT_MODEL_LEN,
+    Batch,
+    EngineResult,
+    EngineSpec,
+    Request,
+    Step,
+)
 
 
 def _versions() -> dict[str, str]:
@@ -153,44 +166,17 @@ def _reset_prefix_cache(llm: Any, timeout_s: float = 60.0) -> bool:
 
 
 def run(spec: EngineSpec, result: EngineResult) -> None:
+    """Start the engine ``spec`` describes, record what vLLM made of it, serve its batches."""
     started = time.perf_counter()
     result["imported_vllm"] = "vllm" not in sys.modules  # False in a child an engine host forked
-    from vllm import LLM, SamplingParams
-    from vllm.config import KVTransferConfig
-    from vllm.inputs import TokensPrompt
+    from vllm import LLM
 
     result["vllm_version"] = __import__("vllm").__version__
     result["versions"] = _versions()
     result["t_import_s"] = round(time.perf_counter() - started, 2)
     _unshadow_llvmlite()
-    kwargs: dict[str, Any] = dict(
-        model=spec["model"], dtype=spec.get("model_dtype", "bfloat16"), enforce_eager=True,
-        block_size=spec["block_size"], max_model_len=spec.get("max_model_len", 1024),
-        kv_cache_dtype=spec["kv_cache_dtype"], kv_cache_memory_bytes=spec.get("kv_cache_mb", 64) << 20,
-        disable_log_stats=False, seed=0, max_num_seqs=spec.get("max_num_seqs", 8),
-        enable_prefix_caching=True,
-        **({"num_gpu_blocks_override": spec["num_blocks"]} if spec.get("num_blocks") else {}),
-        # A prompt's prefill in chunks of this many tokens (a split reference: cell.split_reference).
-        **({"max_num_batched_tokens": spec["prefill_chunk"], "enable_chunked_prefill": True}
-           if spec.get("prefill_chunk") else {}),
-    )
-    if spec.get("tensor_parallel_size", 1) > 1:  # its ranks in worker processes of vLLM's own executor
-        kwargs.update(tensor_parallel_size=spec["tensor_parallel_size"], distributed_executor_backend="mp")
-    if spec.get("connector"):
-        kwargs["kv_transfer_config"] = KVTransferConfig(**spec["connector"])
-    adapters = _lora_adapters(spec["model"], spec["lora_adapter"]) if spec.get("lora_adapter") else {}
-    if adapters:
-        kwargs.update(enable_lora=True, max_lora_rank=LORA_RANK, max_loras=len(adapters))
-    if spec.get("prompt_embeds"):
-        kwargs["enable_prompt_embeds"] = True
-    if spec.get("images"):
-        kwargs["limit_mm_per_prompt"] = {"image": 1}
-    from conformance.levels.releases import engine_settings
-
-    result["engine_settings"] = engine_settings(result["vllm_version"], _device_type(), spec["kv_cache_dtype"])
-    for rule in result["engine_settings"]:  # what this vLLM release requires of the cell
-        kwargs.update(rule["settings"])
-        os.environ.update(rule["environment"])  # vLLM reads its environment when it builds the engine
+    adapters = lora_adapters(spec["model"], spec["lora_adapter"]) if spec.get("lora_adapter") else {}
+    kwargs = engine_kwargs(spec, result, adapters)
     import torch
 
     if spec.get("torch_threads"):
@@ -208,6 +194,55 @@ def run(spec: EngineSpec, result: EngineResult) -> None:
             llm.llm_engine.add_lora(adapter)
     result["t_engine_start_s"] = round(time.perf_counter() - t, 2)
     counters = StepCounters(llm)
+    record(llm, result)
+    serve(llm, spec, result, adapters, counters)
+    result["counters"] = counters.read()
+    result["counters_logged"] = logged(llm)  # vLLM's own (before 0.28: without the steps that had no output)
+    result["ok"] = True
+    if spec.get("serve_until"):
+        _serve_until_released(llm, spec, result)
+
+
+def engine_kwargs(spec: EngineSpec, result: EngineResult, adapters: Mapping[str, Any]) -> dict[str, Any]:
+    """``LLM``'s keyword arguments for ``spec`` (its defaults ``specs``'), and what this vLLM release
+    requires of the cell (``releases.engine_settings``: recorded, its environment set)."""
+    from vllm.config import KVTransferConfig
+
+    from conformance.levels.releases import engine_settings
+
+    kwargs: dict[str, Any] = dict(
+        model=spec["model"], dtype=spec.get("model_dtype", DEFAULT_MODEL_DTYPE), enforce_eager=True,
+        block_size=spec["block_size"], max_model_len=spec.get("max_model_len", DEFAULT_MODEL_LEN),
+        kv_cache_dtype=spec["kv_cache_dtype"],
+        kv_cache_memory_bytes=spec.get("kv_cache_mb", DEFAULT_KV_CACHE_MB) << 20,
+        disable_log_stats=False, seed=0, max_num_seqs=spec.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS),
+        enable_prefix_caching=True,
+        **({"num_gpu_blocks_override": spec["num_blocks"]} if spec.get("num_blocks") else {}),
+        # A prompt's prefill in chunks of this many tokens (a split reference: EngineCell.references).
+        **({"max_num_batched_tokens": spec["prefill_chunk"], "enable_chunked_prefill": True}
+           if spec.get("prefill_chunk") else {}),
+    )
+    if spec.get("tensor_parallel_size", 1) > 1:  # its ranks in worker processes of vLLM's own executor
+        kwargs.update(tensor_parallel_size=spec["tensor_parallel_size"], distributed_executor_backend="mp")
+    if spec.get("connector"):
+        kwargs["kv_transfer_config"] = KVTransferConfig(**spec["connector"])
+    if adapters:
+        kwargs.update(enable_lora=True, max_lora_rank=LORA_RANK, max_loras=len(adapters))
+    if spec.get("prompt_embeds"):
+        kwargs["enable_prompt_embeds"] = True
+    if spec.get("images"):
+        kwargs["limit_mm_per_prompt"] = {"image": 1}
+    result["engine_settings"] = engine_settings(result["vllm_version"], _device_type(), spec["kv_cache_dtype"])
+    for rule in result["engine_settings"]:  # what this vLLM release requires of the cell
+        kwargs.update(rule["settings"])
+        os.environ.update(rule["environment"])  # vLLM reads its environment when it builds the engine
+    return kwargs
+
+
+def record(llm: Any, result: EngineResult) -> None:
+    """What vLLM made of the spec: the interpreter, torch's threads, the KV cache it resolved."""
+    import torch
+
     result["process"] = separate.identity()  # once the engine set vLLM's NONE_HASH
     result["torch_threads"] = torch.get_num_threads()  # what the engine computes on (a release may rebind it)
     cache = llm.llm_engine.vllm_config.cache_config
@@ -218,10 +253,19 @@ def run(spec: EngineSpec, result: EngineResult) -> None:
                           "use_mla": bool(getattr(model_config, "use_mla", False)),
                           "kv_cache_groups": _kv_cache_groups(llm),
                           "device": _device_type()}
+
+
+def serve(llm: Any, spec: EngineSpec, result: EngineResult, adapters: Mapping[str, Any],
+          counters: StepCounters) -> None:
+    """Serve the spec's batches, phase by phase (the engine's own prefix cache reset before each
+    later phase), recording every request; then, for a storing engine, drain its saves."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
     def params(transfer: dict[str, Any] | None) -> Any:
         extra = {"extra_args": {"kv_transfer_params": dict(transfer)}} if transfer else {}
-        return SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 8),
-                              logprobs=spec.get("logprobs", 5), ignore_eos=True, seed=0, **extra)
+        return SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", DEFAULT_MAX_TOKENS),
+                              logprobs=spec.get("logprobs", DEFAULT_LOGPROBS), ignore_eos=True, seed=0, **extra)
 
     records, timings, resets, phase = [], {}, [], 0
     for batch in spec["batches"]:
@@ -247,7 +291,7 @@ def run(spec: EngineSpec, result: EngineResult) -> None:
         adapter = batch.get("lora")  # True: the first adapter, else its name here
         lora = {"lora_request": adapters["a" if adapter is True else str(adapter)]} if adapter else {}
         for g, group in enumerate(groups):
-            if spec.get("cached_prefix"):  # a prefix-cache reference (cell.EngineCell.references)
+            if spec.get("cached_prefix"):  # a prefix-cache reference (EngineCell.references)
                 _cache_prefixes(llm, [p for p, _ in group], spec["cached_prefix"], salt, lora)
             before = counters.read()
             outputs = llm.generate([p for p, _ in group], [sp for _, sp in group], use_tqdm=False, **lora)
@@ -264,11 +308,6 @@ def run(spec: EngineSpec, result: EngineResult) -> None:
     result["requests"] = records
     result["prefix_cache_resets"] = resets
     result["t_batches_s"] = timings
-    result["counters"] = counters.read()
-    result["counters_logged"] = logged(llm)  # vLLM's own (before 0.28: without the steps that had no output)
-    result["ok"] = True
-    if spec.get("serve_until"):
-        _serve(llm, spec, result)
 
 
 def _cache_prefixes(llm: Any, prompts: list[Any], cached: int, salt: dict[str, str], lora: dict[str, Any]) -> None:
@@ -309,58 +348,7 @@ def _image_prompt(images: dict[str, Any], words: list[int], seed: int, salt: dic
             "multi_modal_data": {"image": Image.fromarray(pixels)}, **salt}
 
 
-LORA_RANK = 8
 DRAIN_S = 60.0  # how long a storing engine steps after its last batch for its saves to be reported
-
-
-def _lora_adapters(model: str, out: str) -> dict[str, Any]:
-    """Two adapters, "a" (written to ``out``) and "b" (beside it), each a seeded rank-8 adapter of its
-    own, and "a2": another version of "a" (its name, other weights, from another directory), which
-    replaces "a"'s weights under its id where vLLM has ``load_inplace`` (else it is registered under
-    a new id: "a"'s name re-pointed)."""
-    from vllm.lora.request import LoRARequest
-
-    inplace = "load_inplace" in getattr(LoRARequest, "__struct_fields__", ())
-    return {"a": _lora_adapter(model, out, 1, "kvconform-adapter"),
-            "b": _lora_adapter(model, out + "-b", 2, "kvconform-adapter-b"),
-            "a2": _lora_adapter(model, out + "-v2", 1 if inplace else 3, "kvconform-adapter", seed=3,
-                                **({"load_inplace": True} if inplace else {}))}
-
-
-def _lora_adapter(model: str, out: str, lora_id: int, lora_name: str, seed: int | None = None, **more: Any) -> Any:
-    """A LoRARequest for a rank-8 adapter seeded by ``seed`` (default: ``lora_id``) on the projections
-    every layer of ``model`` computes its KV with (``_kv_projections``), written to ``out`` in PEFT's
-    format (the same bytes for the same model and seed); ``more``: the request's other fields."""
-    import torch
-    from safetensors.torch import save_file
-    from vllm.lora.request import LoRARequest
-
-    config = json.loads(open(os.path.join(model, "config.json")).read())
-    projections = _kv_projections(config)
-    generator = torch.Generator().manual_seed((seed or lora_id) - 1)
-    tensors = {}
-    for layer in range(config["num_hidden_layers"]):
-        for proj, width in projections.items():
-            name = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
-            tensors[f"{name}.lora_A.weight"] = torch.randn(LORA_RANK, config["hidden_size"], generator=generator) * 0.1
-            tensors[f"{name}.lora_B.weight"] = torch.randn(width, LORA_RANK, generator=generator) * 0.1
-    os.makedirs(out, exist_ok=True)
-    save_file(tensors, os.path.join(out, "adapter_model.safetensors"))
-    with open(os.path.join(out, "adapter_config.json"), "w") as f:
-        json.dump({"peft_type": "LORA", "r": LORA_RANK, "lora_alpha": 2 * LORA_RANK, "bias": "none",
-                   "target_modules": list(projections), "task_type": "CAUSAL_LM",
-                   "base_model_name_or_path": model}, f)
-    return LoRARequest(lora_name, lora_id, out, **more)
-
-
-def _kv_projections(config: dict[str, Any]) -> dict[str, int]:
-    """The attention projections a layer's KV comes from, with their output widths: k_proj and
-    v_proj, or an MLA model's one (DeepSeek-V2's kv_a_proj_with_mqa: the latent and its rope part,
-    which is what its KV cache holds; it has no k_proj, and vLLM refuses an adapter on one)."""
-    if "kv_lora_rank" in config:
-        return {"kv_a_proj_with_mqa": config["kv_lora_rank"] + config["qk_rope_head_dim"]}
-    kv_width = config["num_key_value_heads"] * config.get("head_dim", config["hidden_size"] // config["num_attention_heads"])
-    return {"k_proj": kv_width, "v_proj": kv_width}
 
 
 def _abandon(llm: Any, batch: Batch, params: Any, timeout_s: float = 60.0) -> dict[str, Any]:
@@ -385,7 +373,7 @@ def _abandon(llm: Any, batch: Batch, params: Any, timeout_s: float = 60.0) -> di
             "drained": not engine.has_unfinished_requests(), "blocks_back": _reset_prefix_cache(llm, timeout_s)}
 
 
-def _serve(llm: Any, spec: EngineSpec, result: EngineResult) -> None:
+def _serve_until_released(llm: Any, spec: EngineSpec, result: EngineResult) -> None:
     """A P/D producer: say it is ready (its result, with each request's kv_transfer_params), then
     keep the engine stepping (finished transfers reported, held blocks freed) until released."""
     _write(spec["result_path"], result)

@@ -13,6 +13,7 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,55 @@ def materialise_in(python: str, name: str, *, retrained: int = 0) -> Path | str:
     if proc.returncode != 0:
         return raised(proc.stderr) or f"exit status {proc.returncode}"
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+class RoleModels:
+    """The models an engine cell's roles serve besides the cell's own (another checkpoint of it, the
+    image model), made once by the engine's Python on the first ask, by whichever lane asks first."""
+
+    def __init__(self, python: str, recipe: str | None, other_model: Path | None) -> None:
+        self.python = python
+        self.recipe = recipe  # the recipe the cell's model was made from (None: the user's directory)
+        self.other_model = other_model  # the other checkpoint the user gave (--kv-other-model)
+        self._made: dict[tuple[str, int], Path] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def retrained(self) -> Path:
+        """Another checkpoint of the cell's model (engine_model_isolation): the one the user gave, else
+        the recipe's weights drawn from another seed."""
+        from conformance.verdict.guard import HarnessError
+        from conformance.verdict.status import NotRunnable
+
+        if self.other_model is not None:
+            return self.other_model
+        if self.recipe is None:
+            raise NotRunnable(NO_OTHER_MODEL)
+        made = self.make(self.recipe, retrained=1)
+        if isinstance(made, str):
+            raise HarnessError(f"the suite could not make another checkpoint of {self.recipe}: {made}")
+        return made
+
+    @property
+    def image(self) -> Path:
+        """The vision-language model the multimodal role serves (engine_multimodal_isolation)."""
+        from conformance.verdict.status import NotRunnable
+
+        made = self.make(IMAGE_MODEL)
+        if isinstance(made, str):
+            raise NotRunnable(f"the suite's multimodal model ({IMAGE_MODEL}) cannot be made with this Python's "
+                              f"transformers: {made}")
+        return made
+
+    def make(self, recipe: str, retrained: int = 0) -> Path | str:
+        """``recipe``'s model directory, made once by the engine's Python (or why it could not be)."""
+        with self._lock:
+            if (recipe, retrained) not in self._made:
+                made = materialise_in(self.python, recipe, retrained=retrained)
+                if isinstance(made, str):
+                    return made
+                self._made[recipe, retrained] = made
+            return self._made[recipe, retrained]
 
 
 def _generate(recipe: dict[str, Any], out: Path) -> None:

@@ -7,6 +7,14 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+# What an engine runs with where its spec leaves a setting out (the child applies them; the cell sizes by them).
+DEFAULT_MODEL_LEN = 1024  # max_model_len, unless its prompts need more
+DEFAULT_MODEL_DTYPE = "bfloat16"  # the dtype vLLM loads the weights in (what kv_cache_dtype=auto stores)
+DEFAULT_KV_CACHE_MB = 64
+DEFAULT_MAX_NUM_SEQS = 8
+DEFAULT_MAX_TOKENS = 8  # tokens generated per request
+DEFAULT_LOGPROBS = 5  # the top-k logprobs recorded per step
+
 
 class _Prompts(TypedDict):
     name: str

@@ -10,7 +10,8 @@ match and each logprob stay within a measured tolerance (``comparison_tolerance`
 message names it. Prompts served one by one are always compared as bits.
 
 Over 450 lines: one short test per engine clause, each reading the same cell's runs; what they share
-(the cell, the comparisons) lives in ``cell``, ``roles``, ``prompts`` and ``compare``.
+(the cell, the comparisons) lives in ``cell``, ``roles``, ``prompts`` and ``compare``. A ``NotRunnable``
+raised anywhere below a test ends it Not runnable (the plugin maps it).
 """
 
 import os
@@ -19,10 +20,36 @@ import pytest
 
 from conformance.contract.spec import KVSpec
 from conformance.levels.diagnosis import cannot_run_here, missing_dependency, refuses_platform
-from conformance.levels.engine.cell import NotRunnable
 from conformance.levels.engine.child import DRAIN_S
 from conformance.levels.engine.compare import compare_runs, external_hits, external_hits_of
-from conformance.levels.engine.prompts import SALT, THIRD_SALT, system_tokens
+from conformance.levels.engine.prompts import (
+    ADAPTED,
+    ADAPTER_VERSION,
+    AFTER_ABORT,
+    BASE_ON_ADAPTER,
+    BOUNDARIES,
+    CONCURRENT,
+    EMBEDS_AGAIN,
+    EMBEDS_AS_TOKENS,
+    EXTENDS,
+    IMAGE_AGAIN,
+    LOADED,
+    OTHER_ADAPTER,
+    OTHER_EMBEDS,
+    OTHER_IMAGE,
+    OTHER_TENANT,
+    PRESSURE,
+    PRESSURE_AGAIN,
+    REUSED,
+    SALT,
+    SALTED,
+    STORED,
+    SYSTEM,
+    THIRD_SALT,
+    TOKENS_AS_EMBEDS,
+    UNTENANTED,
+    system_tokens,
+)
 from conformance.levels.engine.roles import (
     BLOCK_BASELINE,
     COLD_ROLES,
@@ -35,42 +62,21 @@ from conformance.levels.engine.roles import (
     RETRAINED_LOAD,
     REUSE_ROLES,
     SAME_ENGINE,
-    STORED,
     TP_BASELINE,
 )
+from conformance.levels.engine.specs import DEFAULT_MODEL_DTYPE
 from conformance.levels.subject import PRESSURE_FACTOR
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
 from conformance.verdict.guard import HarnessError
-from conformance.verdict.status import not_exercised, not_runnable
+from conformance.verdict.status import NotRunnable, not_exercised, not_runnable
 from conformance.vocabulary import TENSOR_PARALLEL
 
 
 @pytest.fixture
 def cell(engine_cell):
-    """The cell, with NotRunnable turned into the Not runnable status."""
+    """The session's engine cell (``plugin.fixtures.engine_cell``), by its short name."""
     return engine_cell
-
-
-def _not_runnable(exc: NotRunnable):
-    not_runnable(f"{exc}")
-
-
-def _baseline(cell):
-    """The cell's no-connector baseline; Not runnable when vLLM cannot run the cell here at all."""
-    try:
-        return cell.baseline()
-    except NotRunnable as exc:
-        _not_runnable(exc)
-
-
-def _made(model):
-    """A model the cell makes for a role of its own (``model()``: another checkpoint, the image model);
-    Not runnable where it cannot be made here."""
-    try:
-        return model()
-    except NotRunnable as exc:
-        _not_runnable(exc)
 
 
 def _connector_run(cell, role, clause_id, cold_check=True):
@@ -78,7 +84,7 @@ def _connector_run(cell, role, clause_id, cold_check=True):
     first engine over empty storage must claim no external hit (``cold_check``). None starts where
     vLLM cannot run the cell's settings without a connector (the baseline): Not runnable, as it would
     end anyway, without an engine start per clause (half a minute each on releases that spawn workers)."""
-    _baseline(cell)
+    cell.baseline()
     engine = _vetted(cell, cell.run(role), clause_id)
     # Its first batch: prompts served one by one that nothing over its storage had seen.
     first = next((r["batch"] for r in engine.phase(0).result.get("requests", ())), None)
@@ -113,19 +119,19 @@ def _judgeable(cell, engine):
     if engine.role in OWN_SETTINGS:  # settings the baseline does not vouch for: vLLM's own, or the connector's?
         control = cell.without_connector(engine.role)
         if not control.ok:
-            _not_runnable(NotRunnable(
+            raise NotRunnable(
                 f"vLLM cannot run engine {engine.role}'s settings here without any connector either: "
-                f"{control.error.splitlines()[0] if control.error else control.describe_failure()}"))
+                f"{control.error.splitlines()[0] if control.error else control.describe_failure()}")
     if "t_engine_start_s" not in engine.result and "vllm_version" in engine.result:  # vLLM ran; no KV moved
-        _not_runnable(NotRunnable(cannot_run_here(cell.connector.label, f"engine {engine.role}: {engine.error}")))
+        raise NotRunnable(cannot_run_here(cell.connector.label, f"engine {engine.role}: {engine.error}"))
     if refuses_platform(engine.error):  # its data path asked for a device this machine lacks
-        _not_runnable(NotRunnable(f"{cell.connector.label} needs a device this machine lacks: engine "
-                                  f"{engine.role} failed with {engine.error.splitlines()[0] if engine.error else ''}"))
+        raise NotRunnable(f"{cell.connector.label} needs a device this machine lacks: engine "
+                          f"{engine.role} failed with {engine.error.splitlines()[0] if engine.error else ''}")
 
 
 def _pd_pair(cell, clause_id):
     """(baseline, producer, consumer) of the cell's P/D pair; Not runnable when vLLM cannot run the cell."""
-    base = _baseline(cell)
+    base = cell.baseline()
     producer, consumer = cell.run_pd()
     _vetted(cell, producer, clause_id)
     return base, producer, _vetted(cell, consumer, clause_id)
@@ -177,7 +183,7 @@ def _span_advice(cell, run) -> str:
 
 def _stored_then_loaded(cell, clause_id, pair=("store", "load")):
     """(baseline, load) runs, after the ``pair``'s store engine ran; Not runnable when vLLM cannot run the cell."""
-    base = _baseline(cell)
+    base = cell.baseline()
     _connector_run(cell, pair[0], clause_id)
     return base, _connector_run(cell, pair[1], clause_id)
 
@@ -191,15 +197,12 @@ def test_engine_tensor_parallel(cell):
     if ranks < 2:
         pytest.skip(f"asked for with {TENSOR_PARALLEL} N (N > 1): three more engines of N ranks each")
     if cores < ranks:
-        _not_runnable(NotRunnable(f"an engine of {ranks} tensor-parallel ranks binds each rank to a core of its own; "
-                                  f"this machine gives this run {cores}"))
-    try:
-        base = cell.baseline(TP_BASELINE)
-    except NotRunnable as exc:
-        _not_runnable(exc)
+        raise NotRunnable(f"an engine of {ranks} tensor-parallel ranks binds each rank to a core of its own; "
+                          f"this machine gives this run {cores}")
+    base = cell.baseline(TP_BASELINE)
     _connector_run(cell, "tp_store", cid)
     load = _connector_run(cell, "tp_load", cid)
-    _identical(cell, load, base, ["extends", "boundaries", "concurrent"], cid,
+    _identical(cell, load, base, LOADED, cid,
                f"engine B of {ranks} tensor-parallel ranks ({external_hits(load):g} external hit tokens), loading what "
                f"engine A of {ranks} ranks stored,")
 
@@ -210,17 +213,14 @@ def test_engine_block_size(cell):
     # over the same storage is served each token's own KV, or nothing; never rows of the old geometry.
     # A miss passes only where the same block size loads (engine_store_then_load's engine B: shared).
     cid = "engine_block_size"
-    try:
-        base = cell.baseline(BLOCK_BASELINE)
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    base = cell.baseline(BLOCK_BASELINE)
     store = _connector_run(cell, "bs_store", cid)
     load = _connector_run(cell, "bs_load", cid)
     stored, asked = (run.result.get("resolved", {}).get("block_size") for run in (store, load))
     if stored == asked:
         not_exercised(f"vLLM ran both engines at block size {stored}, asked for {cell.block_size} "
                       f"and {cell.other_block_size}: this model's attention backend here takes no other")
-    _identical(cell, load, base, ["extends", "boundaries", "concurrent"], cid,
+    _identical(cell, load, base, LOADED, cid,
                f"engine B at block size {asked} ({external_hits(load):g} external hit tokens), asking for what "
                f"engine A stored at block size {stored},")
     count_load(external_hits(_connector_run(cell, "load", cid)))
@@ -229,7 +229,7 @@ def test_engine_block_size(cell):
 @clause("engine_same_engine_reload")
 def test_engine_same_engine_reload(cell):
     cid = "engine_same_engine_reload"
-    base = _baseline(cell)
+    base = cell.baseline()
     engine = _connector_run(cell, SAME_ENGINE, cid)
     if not all(engine.result.get("prefix_cache_resets", [False])):
         raise HarnessError(f"engine {SAME_ENGINE}: vLLM did not reset its prefix cache between the passes "
@@ -241,14 +241,14 @@ def test_engine_same_engine_reload(cell):
             f"the engine loaded nothing: 0 external prefix-cache hits over {len(reload.result['requests'])} "
             f"requests whose prefixes it had served before its prefix cache was reset: {cell.connector.label} "
             f"found none of them{_span_advice(cell, reload)}"))
-    _identical(cell, reload, base, ["extends", "boundaries", "concurrent"], cid,
+    _identical(cell, reload, base, LOADED, cid,
                f"the engine reloading after reset_prefix_cache ({hits:g} external hit tokens)")
 
 
 @clause("engine_abort")
 def test_engine_abort(cell):
     cid = "engine_abort"
-    base = _baseline(cell)
+    base = cell.baseline()
     # Judged before the engine's own fate: blocks an abort never gave back are why vLLM fails later.
     abandoned = (cell.run(SAME_ENGINE).result.get("aborted") or {}).get("aborted")
     what = abandoned and (f"{abandoned['aborted']} requests aborted through the engine's abort_request "
@@ -265,7 +265,7 @@ def test_engine_abort(cell):
     if not abandoned["aborted"]:
         not_runnable(f"all {abandoned['requests']} requests finished within "
                      f"{abandoned['steps']} engine step(s), before the abort: nothing was aborted")
-    _identical(cell, engine.phase(1), base, ["after_abort"], cid,
+    _identical(cell, engine.phase(1), base, [AFTER_ABORT], cid,
                f"after {what}, the same prompts asked for again (after a prefix-cache reset)")
 
 
@@ -273,16 +273,16 @@ def test_engine_abort(cell):
 def test_engine_lora_isolation(cell):
     cid = "engine_lora_isolation"
     engine = _connector_run(cell, LORA, cid)
-    count_load(external_hits(engine.phase(1), "boundaries"))
+    count_load(external_hits(engine.phase(1), BOUNDARIES))
     # Every way: base-model prompts asked for under the adapter, the adapter's asked for by the base model,
     # under a second adapter, and (a phase of its own) under the adapter's next version.
-    crossings = {"adapted": (1, "requests under a LoRA adapter", "only base-model requests had stored",
+    crossings = {ADAPTED: (1, "requests under a LoRA adapter", "only base-model requests had stored",
                              "the base model's KV"),
-                 "base_on_adapter": (1, "base-model requests", "only requests under the LoRA adapter had stored",
+                 BASE_ON_ADAPTER: (1, "base-model requests", "only requests under the LoRA adapter had stored",
                                      "the adapter's KV"),
-                 "other_adapter": (1, "requests under a second LoRA adapter", "only requests under the first "
+                 OTHER_ADAPTER: (1, "requests under a second LoRA adapter", "only requests under the first "
                                    "adapter had stored", "the first adapter's KV"),
-                 "adapter_version": (2, "requests under the adapter's next version (its name, other weights from "
+                 ADAPTER_VERSION: (2, "requests under the adapter's next version (its name, other weights from "
                                      "another directory, loaded in place as vLLM's load_inplace does)",
                                      "only its previous version had stored", "its previous weights' KV")}
     for batch, (phase, who, stored, served) in crossings.items():
@@ -301,10 +301,10 @@ def test_engine_prompt_embeds(cell):
     engine = _connector_run(cell, EMBEDS, cid)
     # Every way: another prompt's embeddings and vLLM's placeholder token ids (zeros) asked for after
     # one prompt's embeddings were stored, then embeddings asked for after the zeros were stored.
-    crossings = {"other_embeds": (1, "a prompt of other embeddings", "one prompt's embeddings"),
-                 "embeds_as_tokens": (1, "a prompt of token ids (the zeros vLLM puts in place of embeddings)",
+    crossings = {OTHER_EMBEDS: (1, "a prompt of other embeddings", "one prompt's embeddings"),
+                 EMBEDS_AS_TOKENS: (1, "a prompt of token ids (the zeros vLLM puts in place of embeddings)",
                                       "one prompt's embeddings"),
-                 "tokens_as_embeds": (2, "a prompt of embeddings", "a prompt of token ids (zeros)")}
+                 TOKENS_AS_EMBEDS: (2, "a prompt of embeddings", "a prompt of token ids (zeros)")}
     for batch, (phase, who, stored) in crossings.items():
         hits = external_hits(engine.phase(phase), batch)
         if hits > 0:
@@ -313,15 +313,15 @@ def test_engine_prompt_embeds(cell):
                 f"{stored} had been stored: keyed by token ids, every prompt of embeddings of one length is the "
                 f"prompt of zeros. {cell.connector.label} must key stored KV by the prompt's embeddings too (vLLM "
                 "puts their hash in the block hashes), and never fall back to the token ids on a miss"))
-    count_load(external_hits(engine.phase(1), "embeds_again"))
+    count_load(external_hits(engine.phase(1), EMBEDS_AGAIN))
 
 
 @clause("engine_multimodal_isolation")
 def test_engine_multimodal_isolation(cell):
     cid = "engine_multimodal_isolation"
-    model = _made(lambda: cell.image_model).name
+    model = cell.models.image.name
     engine = _connector_run(cell, IMAGES, cid)
-    hits = external_hits(engine.phase(1), "other_image")
+    hits = external_hits(engine.phase(1), OTHER_IMAGE)
     if hits > 0:
         raise ClauseViolation(cid, (
             f"the engine ({model}) served {hits:g} external prefix-cache hit tokens to a prompt of another image "
@@ -329,7 +329,7 @@ def test_engine_multimodal_isolation(cell):
             "the prompt, so every token's KV depends on it, and the request was served the first image's KV. "
             f"{cell.connector.label} must key stored KV by the request's multimodal inputs too (each mm_features "
             "entry's identifier, which vLLM's block hashes carry)"))
-    count_load(external_hits(engine.phase(1), "image_again"))
+    count_load(external_hits(engine.phase(1), IMAGE_AGAIN))
 
 
 @clause("engine_cache_salt")
@@ -339,9 +339,9 @@ def test_engine_cache_salt(cell):
     reload = engine.phase(1)
     # Both ways: unsalted prompts asked for by a tenant, and a tenant's prompts asked for with no salt
     # and by a third tenant.
-    crossings = {"salted": f"requests of cache_salt={SALT!r} for prompts only unsalted requests had stored",
-                 "untenanted": f"unsalted requests for prompts only requests of cache_salt={SALT!r} had stored",
-                 "other_tenant": f"requests of cache_salt={THIRD_SALT!r} for prompts only requests of "
+    crossings = {SALTED: f"requests of cache_salt={SALT!r} for prompts only unsalted requests had stored",
+                 UNTENANTED: f"unsalted requests for prompts only requests of cache_salt={SALT!r} had stored",
+                 OTHER_TENANT: f"requests of cache_salt={THIRD_SALT!r} for prompts only requests of "
                                  f"cache_salt={SALT!r} had stored"}
     count_load(external_hits(reload) - sum(external_hits(reload, batch) for batch in crossings))
     for batch, who in crossings.items():
@@ -361,7 +361,7 @@ def test_engine_store_then_load(cell):
         raise ClauseViolation("engine_store_then_load", (
             f"engine B loaded nothing: 0 external prefix-cache hits over {len(load.result['requests'])} "
             f"requests whose prefixes engine A served; " + _why_nothing_loaded(cell) + _span_advice(cell, load)))
-    _identical(cell, load, base, ["extends", "boundaries", "concurrent"], "engine_store_then_load",
+    _identical(cell, load, base, LOADED, "engine_store_then_load",
                f"engine B ({hits:g} external hit tokens)")
 
 
@@ -369,9 +369,9 @@ def test_engine_store_then_load(cell):
 def test_engine_block_reuse(cell):
     cid = "engine_block_reuse"
     base, load = _stored_then_loaded(cell, cid, REUSE_ROLES)
-    prompts = len(cell.batches["reused"]["prompts"])
-    _identical(cell, load, base, ["reused"], cid,
-               f"a fresh engine's reload ({external_hits(load, 'reused'):g} external hit tokens) of {prompts} "
+    prompts = len(cell.batches[REUSED]["prompts"])
+    _identical(cell, load, base, [REUSED], cid,
+               f"a fresh engine's reload ({external_hits(load, REUSED):g} external hit tokens) of {prompts} "
                f"prompts of {cell.reused_blocks} blocks that an engine of {cell.reused_blocks + 1} usable blocks stored, one "
                "by one, each given the blocks the one before it gave back as soon as it ended (a connector that "
                "still reads a request's blocks once request_finished let vLLM free them stores the next request's "
@@ -380,8 +380,8 @@ def test_engine_block_reuse(cell):
 
 @clause("engine_effective_dtype")
 def test_engine_effective_dtype(cell):
-    _baseline(cell)
-    want = KVSpec(kv_cache_dtype=cell.kv_cache_dtype, model_dtype="bfloat16").storage_dtype
+    cell.baseline()
+    want = KVSpec(kv_cache_dtype=cell.kv_cache_dtype, model_dtype=DEFAULT_MODEL_DTYPE).storage_dtype
     engines = _connector_engines(cell, "engine_effective_dtype")
     for engine in engines:  # the connector engines the cell runs anyway
         role = engine.role
@@ -399,11 +399,8 @@ def test_engine_effective_dtype(cell):
 
 @clause("engine_format_isolation")
 def test_engine_format_isolation(cell):
-    try:
-        cell.baseline()
-        twin_base = cell.baseline("twin_baseline")
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    cell.baseline()
+    twin_base = cell.baseline("twin_baseline")
     _connector_run(cell, "store", "engine_format_isolation")
     twin = cell.run("twin_load")
     if not twin.ok:
@@ -419,7 +416,7 @@ def test_engine_format_isolation(cell):
         # A request vLLM failed because the connector reported its load failed was refused, cleanly:
         # what the clause asks for. Only what the twin engine served is compared.
         refused = sum(r.get("finish_reason") == "error" for r in twin.result["requests"])
-        _identical(cell, twin, twin_base, ["boundaries"], "engine_format_isolation",
+        _identical(cell, twin, twin_base, [BOUNDARIES], "engine_format_isolation",
                    f"an engine with kv_cache_dtype={cell.twin_dtype} was served {hits:g} tokens of KV written with "
                    f"kv_cache_dtype={cell.kv_cache_dtype} ({refused} request(s) vLLM failed on a load the connector "
                    "reported failed count as refusals); its output", skip_failed=True)
@@ -432,7 +429,7 @@ def test_engine_format_isolation(cell):
 @clause("engine_model_isolation")
 def test_engine_model_isolation(cell):
     cid = "engine_model_isolation"
-    other_model = _made(lambda: cell.retrained_model).name
+    other_model = cell.models.retrained.name
     _connector_run(cell, "store", cid)
     other = cell.run(RETRAINED_LOAD)
     what = (f"a fresh engine of another checkpoint of the model ({other_model}: the same architecture and KV "
@@ -443,7 +440,7 @@ def test_engine_model_isolation(cell):
     # Its prompts, served one by one, share no prefix with each other: whatever it is served was stored
     # by an engine of the first model. A request vLLM failed on a load the connector reported failed is
     # a refusal, not a hit.
-    asked = other.requests("boundaries")
+    asked = other.requests(BOUNDARIES)
     served = [(i, r) for i, r in enumerate(asked) if external_hits_of(r) > 0 and r.get("finish_reason") != "error"]
     if served:
         i, first = served[0]
@@ -464,7 +461,7 @@ def test_engine_model_isolation(cell):
 @clause("engine_block_boundaries")
 def test_engine_block_boundaries(cell):
     base, load = _stored_then_loaded(cell, "engine_block_boundaries")
-    _identical(cell, load, base, ["boundaries", "extends"], "engine_block_boundaries",
+    _identical(cell, load, base, [BOUNDARIES, EXTENDS], "engine_block_boundaries",
                f"with block size {cell.block_size}, engine B")
 
 
@@ -472,25 +469,25 @@ def test_engine_block_boundaries(cell):
 def test_engine_shared_prefix(cell):
     cid = "engine_shared_prefix"
     base, load = _stored_then_loaded(cell, cid, PREFIX_ROLES)
-    mixed = sum(0 < external_hits_of(r) < r["num_cached_tokens"] for r in load.requests("system"))
-    _identical(cell, load, base, ["system"], cid,
+    mixed = sum(0 < external_hits_of(r) < r["num_cached_tokens"] for r in load.requests(SYSTEM))
+    _identical(cell, load, base, [SYSTEM], cid,
                f"with conversations after a {system_tokens(cell.positions)}-token system prompt, engine B ({mixed} "
                "request(s) with local and external hits)")
-    observe(f"{mixed} of {len(load.requests('system'))} conversations had local and external hits in one request")
+    observe(f"{mixed} of {len(load.requests(SYSTEM))} conversations had local and external hits in one request")
 
 
 @clause("engine_cache_pressure")
 def test_engine_cache_pressure(cell):
     cid = "engine_cache_pressure"
     if cell.pressure is not None:
-        _not_runnable(NotRunnable(cell.pressure))
+        raise NotRunnable(cell.pressure)
     base, load = _stored_then_loaded(cell, cid, PRESSURE_ROLES)
-    prompts = cell.batches["pressure"]["prompts"]
+    prompts = cell.batches[PRESSURE]["prompts"]
     what = (f"{len(prompts)} prompts of {len(prompts[0])} tokens, {PRESSURE_FACTOR} times the declared capacity of "
             f"{cell.connector.capacity_bytes} bytes, stored one by one by engine A and asked for again by engine B, "
             "newest first")
-    _identical(cell, load, base, ["pressure_again"], cid, f"with {what}, engine B")
-    loaded = [external_hits_of(r) for r in load.requests("pressure_again")]
+    _identical(cell, load, base, [PRESSURE_AGAIN], cid, f"with {what}, engine B")
+    loaded = [external_hits_of(r) for r in load.requests(PRESSURE_AGAIN)]
     whole = max(loaded)
     missed = sum(n < whole for n in loaded)
     if not missed:
@@ -502,20 +499,17 @@ def test_engine_cache_pressure(cell):
 @clause("engine_concurrent_requests")
 def test_engine_concurrent_requests(cell):
     base, load = _stored_then_loaded(cell, "engine_concurrent_requests")
-    _identical(cell, load, base, ["concurrent"], "engine_concurrent_requests",
+    _identical(cell, load, base, [CONCURRENT], "engine_concurrent_requests",
                "a batch of concurrent requests in engine B")
 
 
 def _after_loss(cell, role):
     """(baseline, the ``role`` engine run over storage the suite damaged); a hang is the harness's."""
-    try:
-        base = cell.baseline()
-        store = cell.run("store")
-        if not store.ok:  # nothing stored to damage: say why, before the suite finds no storage
-            _judgeable(cell, store)
-        engine = cell.run(role)
-    except NotRunnable as exc:
-        _not_runnable(exc)
+    base = cell.baseline()
+    store = cell.run("store")
+    if not store.ok:  # nothing stored to damage: say why, before the suite finds no storage
+        _judgeable(cell, store)
+    engine = cell.run(role)
     if not engine.ok and engine.suite_error:
         raise HarnessError(engine.describe_failure())
     # The control: what the intact storage loaded (engine load, before the damage). A connector that
@@ -533,7 +527,7 @@ def test_engine_lost_storage(cell):
         # No output at all, so nothing to compare; whether it survives is engine_load_failure_recompute's.
         not_exercised(f"after the suite {cell.loss}, engine D died before serving a request "
                       f"(engine_load_failure_recompute judges that): {engine.describe_failure().splitlines()[0]}")
-    _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], "engine_lost_storage",
+    _identical(cell, engine, base, LOADED, "engine_lost_storage",
                f"after the suite {cell.loss}, engine D", skip_failed=True)
 
 
@@ -543,7 +537,7 @@ def test_engine_load_failure_recompute(cell):
     base, engine = _after_loss(cell, "after_loss_recompute")
     if not engine.ok:
         if "kv_load_failure_policy" in engine.error:
-            _not_runnable(NotRunnable(f"this vLLM has no kv_load_failure_policy: {engine.error}"))
+            raise NotRunnable(f"this vLLM has no kv_load_failure_policy: {engine.error}")
         _judgeable(cell, engine)
         raise ClauseViolation(cid, (
             f"after the suite {cell.loss}, the engine with {cell.connector.label} and "
@@ -555,7 +549,7 @@ def test_engine_load_failure_recompute(cell):
         raise ClauseViolation(cid, (
             f"after the suite {cell.loss}, with kv_load_failure_policy=recompute, vLLM still failed "
             f"{len(failed)} request(s) ({', '.join(failed[:5])}) instead of recomputing their KV"))
-    _identical(cell, engine, base, ["extends", "boundaries", "concurrent"], cid,
+    _identical(cell, engine, base, LOADED, cid,
                f"after the suite {cell.loss}, the engine recomputing with kv_load_failure_policy=recompute")
 
 
@@ -576,13 +570,13 @@ def test_engine_pd_roundtrip(cell):
 @clause("engine_hma_groups")
 def test_engine_hma_groups(cell):
     cid = "engine_hma_groups"
-    base = _baseline(cell)
+    base = cell.baseline()
     want = base.result["resolved"].get("kv_cache_groups")
     if not isinstance(want, list):
         raise HarnessError(f"the baseline engine's KV cache groups could not be read: {want}")
     if len(want) < 2:
-        _not_runnable(NotRunnable(f"{cell.model.name} has one KV cache group ({want[0]}): the hybrid KV cache "
-                                  "manager needs a hybrid model, e.g. --kv-model gemma3-hybrid-tiny"))
+        raise NotRunnable(f"{cell.model.name} has one KV cache group ({want[0]}): the hybrid KV cache "
+                          "manager needs a hybrid model, e.g. --kv-model gemma3-hybrid-tiny")
     for engine in _connector_engines(cell, cid):
         got = engine.result["resolved"].get("kv_cache_groups")
         if got != want:

@@ -34,7 +34,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              **unplaced('an adapter applies to every token of the request'),
              slight=True,
              large=True,
-             drawn_by='conformance.levels.engine.child:_lora_adapters'),
+             drawn_by='conformance.levels.engine.adapters:lora_adapters'),
     ),
     'engine_prompt_embeds': (
         Twin('embeds', "one prompt's embeddings stored, asked as other embeddings of its length (another seed) and as "

@@ -125,7 +125,7 @@ def test_vllms_own_references_are_asked_for_what_vllm_can_skip(tmp_path):
     cell = object.__new__(EngineCell)
     cell.block_size, cell.runs = 32, {}
     launched = []
-    cell._roles = lambda: {"baseline": lambda: {"batches": []}}
+    cell.spec = lambda role, connected=True: {"batches": []}
     cell._launch = lambda spec, name, shared: launched.append((name, spec)) or EngineRun(name, True, {})
     found = {args: cell.references(EngineRun("baseline", True, {}), *args)
              for args in ((32, 40), (32, 80), (63, 64), (33, 80))}
@@ -163,8 +163,9 @@ def test_a_baseline_whose_dtype_vllm_fell_back_from_makes_the_cell_not_runnable(
     no fp8 KV cache, so no clause of the cell can judge one, and vLLM's own words say why."""
     import pytest
 
-    from conformance.levels.engine.cell import EngineCell, NotRunnable
+    from conformance.levels.engine.cell import EngineCell
     from conformance.levels.subject import ConnectorChoice
+    from conformance.verdict.status import NotRunnable
 
     cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
                       kv_cache_dtype="fp8_e5m2", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
@@ -182,8 +183,9 @@ def test_a_baseline_with_nan_logprobs_is_no_reference(tmp_path):
     cannot be what a connector's output is held to; every clause that compares is Not runnable."""
     import pytest
 
-    from conformance.levels.engine.cell import EngineCell, NotRunnable
+    from conformance.levels.engine.cell import EngineCell
     from conformance.levels.subject import ConnectorChoice
+    from conformance.verdict.status import NotRunnable
 
     cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
                       kv_cache_dtype="fp8_e5m2", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
@@ -201,22 +203,24 @@ def test_an_engine_of_settings_of_its_own_that_vllm_cannot_run_is_not_the_connec
     import pytest
 
     from conformance.levels.engine.cell import EngineCell
-    from conformance.levels.engine.roles import LORA, WITHOUT_CONNECTOR
+    from conformance.levels.engine.roles import LORA, Variant
     from conformance.levels.engine.test_engine import _vetted
     from conformance.levels.subject import ConnectorChoice
+    from conformance.verdict.status import NotRunnable
 
     cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
                       kv_cache_dtype="auto", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
                       hosted=False)
-    spec = cell._roles(connected=False)[LORA]()
+    spec = cell.spec(LORA, connected=False)
     assert "connector" not in spec and spec["lora_adapter"] and spec["batches"]
     driver = "RuntimeError: Worker failed with error 'Found no NVIDIA driver on your system.'"
     lora = EngineRun(LORA, False, {"vllm_version": "0.22.1"}, error=driver)
-    cell.runs[LORA + WITHOUT_CONNECTOR] = EngineRun(LORA + WITHOUT_CONNECTOR, False, {"vllm_version": "0.22.1"}, error=driver)
-    with pytest.raises(pytest.skip.Exception, match="vLLM cannot run engine lora's settings here without any connector"):
+    alone = Variant(LORA, "without_connector").name
+    cell.runs[alone] = EngineRun(alone, False, {"vllm_version": "0.22.1"}, error=driver)
+    with pytest.raises(NotRunnable, match="vLLM cannot run engine lora's settings here without any connector"):
         _vetted(cell, lora, "engine_lora_isolation")
-    cell.runs[LORA + WITHOUT_CONNECTOR] = EngineRun(LORA + WITHOUT_CONNECTOR, True, {})
-    with pytest.raises(pytest.skip.Exception, match="ExampleConnector declines this platform"):
+    cell.runs[alone] = EngineRun(alone, True, {})
+    with pytest.raises(NotRunnable, match="ExampleConnector declines this platform"):
         _vetted(cell, lora, "engine_lora_isolation")
 
 
@@ -283,13 +287,14 @@ def test_a_connector_engine_that_asks_for_a_device_is_not_runnable_in_every_clau
     from conformance.levels.engine.cell import EngineCell
     from conformance.levels.engine.test_engine import _judgeable
     from conformance.levels.subject import ConnectorChoice
+    from conformance.verdict.status import NotRunnable
 
     cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
                       kv_cache_dtype="auto", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
                       hosted=False)
     started = {"vllm_version": "0.21.0", "t_engine_start_s": 2.0}
     driver = EngineRun("twin_load", False, started, error="RuntimeError: Found no NVIDIA driver on your system.")
-    with pytest.raises(pytest.skip.Exception, match="ExampleConnector needs a device this machine lacks: engine twin_load"):
+    with pytest.raises(NotRunnable, match="ExampleConnector needs a device this machine lacks: engine twin_load"):
         _judgeable(cell, driver)
     own = EngineRun("twin_load", False, started, error="RuntimeError: Index put requires the source and destination "
                                                        "dtypes match, got Half for the destination and BFloat16")
@@ -305,13 +310,14 @@ def test_no_connector_engine_starts_where_vllm_cannot_run_the_cells_settings_alo
     from conformance.levels.engine.roles import LORA
     from conformance.levels.engine.test_engine import _connector_run
     from conformance.levels.subject import ConnectorChoice
+    from conformance.verdict.status import NotRunnable
 
     cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
                       kv_cache_dtype="fp8_e5m2", block_size=16, workdir=tmp_path, timeout_s=5, python="python",
                       hosted=False)
     refused = "NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX."
     cell.runs["baseline"] = EngineRun("baseline", False, {"vllm_version": "0.22.1"}, error=refused)
-    with pytest.raises(pytest.skip.Exception, match="vLLM cannot run m with kv_cache_dtype=fp8_e5m2 here: .*AVX-512"):
+    with pytest.raises(NotRunnable, match="vLLM cannot run m with kv_cache_dtype=fp8_e5m2 here: .*AVX-512"):
         _connector_run(cell, LORA, "engine_lora_isolation")
     assert set(cell.runs) == {"baseline"}  # the LoRA engine never started
 
@@ -397,15 +403,23 @@ def test_the_second_lanes_order_is_its_own_not_the_selections(tmp_path):
     assert connected_first[:2] == [LORA, EMBEDS]
 
 
-def test_every_engine_a_cell_builds_is_a_role_of_the_table_and_every_role_is_built(tmp_path):
-    """A role's facts (its world, interpreter, what runs before it, ...) are written once, in ROLES; an
-    engine the cell builds without an entry would run with the defaults of none."""
-    from conformance.levels.engine.cell import EngineCell
+def test_every_role_is_its_scenario_and_names_only_what_exists(tmp_path):
+    """A role's scenario (what it serves, phase by phase, and with which settings) and its facts are
+    written once, in ROLES: every batch a role names is one the cell draws (the pressure workload only
+    for a declared capacity), every role it names is a role, and each engine's spec follows from it."""
+    from conformance.levels.engine.cell import OPTIONAL_BATCHES, EngineCell
     from conformance.levels.engine.roles import ROLES
     from conformance.levels.subject import ConnectorChoice
 
     cell = EngineCell(connector=ConnectorChoice.parse("ExampleConnector"), model=tmp_path / "m",
                       kv_cache_dtype="auto", block_size=16, workdir=tmp_path / "w", timeout_s=5,
-                      python="python", hosted=False)
-    assert set(cell._roles()) | {"producer", "consumer"} == set(ROLES)  # the P/D pair is built by run_pd
+                      python="python", hosted=False, other_model=tmp_path / "other")
+    named = {b for role in ROLES.values() for phase in role.phases for b in phase}
+    assert named - set(OPTIONAL_BATCHES) <= set(cell.batches), named - set(cell.batches)
     assert all(other in ROLES for role in ROLES.values() for other in (*role.needs, *filter(None, [role.stored_by])))
+    spec = cell.spec("reuse_store")
+    assert (spec["drain"], spec["max_tokens"], spec["num_blocks"]) == (True, 1, cell.reused_blocks + 2)
+    assert [b.get("phase", 0) for b in cell.spec("lora")["batches"]] == [0, 0, 1, 1, 1, 1, 2]
+    assert cell.spec("after_loss_recompute")["connector"]["kv_load_failure_policy"] == "recompute"
+    assert "connector" not in cell.spec("load", connected=False) and "connector" not in cell.spec("baseline")
+    assert cell.spec("retrained_load")["model"] == str(tmp_path / "other")

@@ -7,6 +7,8 @@ from typing import Any, Callable, ContextManager, Mapping, Protocol, Sequence
 
 import torch
 
+from conformance.verdict.status import NotRunnable
+
 
 @dataclass(frozen=True)
 class Image:
@@ -18,7 +20,7 @@ class Image:
     length: int
 
 
-class EraUnavailable(Exception):
+class EraUnavailable(NotRunnable):
     """The installed vLLM lacks what this era needs (the message names the missing piece)."""
 
 
