@@ -145,3 +145,60 @@ def test_what_runs_without_a_test_framework_imports_none() -> None:
                     pending.append((parent, f"{chain} -> {parent}"))
                     parent = parent.rpartition(".")[0]
     assert not offenders, "\n".join(offenders)
+
+
+def _import_graph() -> dict[str, dict[str, int]]:
+    """Each module of the package -> {module of the package it imports: the line of its first such
+    import}. Every import counts, wherever it is: at the top, in a function (it still runs, later) and
+    under ``if TYPE_CHECKING`` (the type it names is still the other module's). ``from a.b import c``
+    is an edge to ``a.b.c`` where ``c`` is a submodule, else to ``a.b``; a package's ``__init__`` is a
+    module of its own. Only the module named is an edge, not the parents' ``__init__`` that importing it
+    runs first: with those, every child that imports a name its package's ``__init__`` re-exports would
+    be a circle with its own package."""
+    modules = _package_modules()
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        found = _imports(path)
+        on_line: dict[int, set[str]] = {}
+        for target, line in found:
+            on_line.setdefault(line, set()).add(target)
+        edges: dict[str, int] = {}
+        for target, line in found:
+            if target.split(".")[0] != "conformance":
+                continue
+            named = [other for other in on_line[line] if other.startswith(target + ".")]
+            if named and all(other in modules for other in named):
+                continue  # ``from package import submodule``: an edge to the submodule alone
+            edges.setdefault(_owner(target, modules), line)
+        graph[name] = edges
+    return graph
+
+
+def test_no_module_imports_itself_through_another() -> None:
+    """No import circle among the package's modules (#56): in a circle neither module can be read,
+    tested or moved without the other, and which one Python finishes first depends on who imported
+    first. A circle is a strongly connected set of the import graph (``_import_graph``: every import,
+    function-level and typing-only ones included), or a module importing itself; each is named with the
+    imports that close it. Break one by moving what both need to a lower module both import, not by
+    hiding an import in a function."""
+    graph = _import_graph()
+    modules = _package_modules()
+
+    def reached_from(start: str) -> set[str]:
+        seen: set[str] = set()
+        pending = [start]
+        while pending:
+            for target in graph[pending.pop()]:
+                if target not in seen:
+                    seen.add(target)
+                    pending.append(target)
+        return seen
+
+    reached = {module: reached_from(module) for module in graph}
+    circles = sorted({tuple(sorted(other for other in reached[module] if module in reached[other]))
+                      for module in graph if module in reached[module]})
+    named = ["{" + ", ".join(circle) + "}: " + "; ".join(
+        f"{modules[module].relative_to(REPO)}:{line} imports {target}"
+        for module in circle for target, line in sorted(graph[module].items()) if target in circle)
+        for circle in circles]
+    assert not named, "modules that import themselves through others:\n" + "\n".join(named)

@@ -42,7 +42,7 @@ from vllm.v1.kv_offload.base import (
 from vllm.v1.kv_offload.cpu.shared_offload_region import SharedOffloadRegion
 from vllm.v1.kv_offload.tiering.spec import TieringOffloadingSpec
 
-from conformance.stores.offloading_cpu import TorchCPUOffloadingWorker, _check_layout
+from conformance.stores.offloading_worker import TorchCPUOffloadingWorker, check_layout
 
 __all__ = ["SharedRegionTorchWorker", "TieringCPUOnlyOffloadingSpec"]
 
@@ -54,7 +54,7 @@ class TieringCPUOnlyOffloadingSpec(TieringOffloadingSpec):
 
     def get_worker(self, kv_caches: CanonicalKVCaches) -> OffloadingWorker:
         if self._torch_worker is None:
-            _check_layout(self.config.kv_cache_layout)
+            check_layout(self.config.kv_cache_layout)
             if self.config.canonical_layout:
                 raise ValueError("TieringCPUOnlyOffloadingSpec copies raw pages: remove canonical_layout")
             # As TieringOffloadingSpec.create_worker maps it (no barrier: the scheduler joins it).

@@ -14,40 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from conformance.levels.connector.eras import Era
-from conformance.levels.connector.pair import Pair
-from conformance.levels.connector.runs import (
-    ConnectorRaised,
-    Filler,
-    LayoutRefused,
-    NegativeClaim,
-    NotBuilt,
-    PhantomHit,
-    Phase,
-    Run,
-)
-from conformance.levels.connector.slots import copy_tokens
-from conformance.levels.subject import (
-    ConnectorChoice,
-    damage_files,
-    unreachable_storage,
-)
+from conformance.levels.connector.bench import Bench
+from conformance.levels.connector.pair import Pair, track_blocks
+from conformance.levels.connector.runs import Filler, PhantomHit, Phase, Run
+from conformance.levels.subject import damage_files, unreachable_storage
 from conformance.verdict.clauses import count_load, record_pass
 from conformance.verdict.forked import beat, call_forked
-from conformance.verdict.guard import Guarded, HarnessError, StoreTimeout, call_within
+from conformance.verdict.guard import HarnessError, StoreTimeout
 
 
 @dataclass
-class ConnectorHarness:
+class ConnectorHarness(Bench):
     """The connector under test on one model geometry, run after run."""
 
-    era: Era
-    connector: ConnectorChoice
-    model: Path
-    workdir: Path
-    num_blocks: int = 64
-    timeout_s: float = 60.0
-    extra_config: Mapping[str, Any] = field(default_factory=dict)  # what the suite started (servers)
     lose_remote: Callable[[], str] | None = None  # loses a server's content; says how
     retrained: Callable[[], Path] | None = None  # another checkpoint of the model (None: the user's directory)
     _used: set[str] = field(default_factory=set)  # storages a run has used (a first run is cold)
@@ -182,83 +161,9 @@ class ConnectorHarness:
             producer.close(quiet=False)
         return made, loaded
 
-    def _abort_due(self, scheduler: Guarded, run: Run, aborts: Mapping[str, int], step: int) -> None:
-        for rid, after in aborts.items():
-            if after == step and rid not in run.aborted:
-                run.aborted.add(rid)
-                self._hook("scheduler", self.era.abort, scheduler.inner, rid)
-
     def _track_blocks(self, out: Any, run: Run) -> None:
-        """Where each scheduled request's KV lives; a request re-admitted after a preemption gets new
-        blocks, and the tokens it recomputes there get the bytes it computed the first time (as a
-        deterministic model writes them), so its KV stays comparable with ``Run.origin``."""
-        for new in out.scheduled_new_reqs:
-            if new.num_computed_tokens < 0:
-                raise NegativeClaim(new.req_id, new.num_computed_tokens)
-            run.blocks[new.req_id] = list(new.block_ids[0])
-            run.origin[new.req_id] = list(new.block_ids[0])
-            run.group_blocks[new.req_id] = [list(ids) for ids in new.block_ids]
-            # What the connector loaded: the computed tokens less vLLM's own prefix-cache hits (a batch-mate
-            # sharing a prefix hits the blocks another request of the same step is computing).
-            run.external_tokens[new.req_id] = new.num_computed_tokens - run.claims.get(new.req_id, (0, 0))[0]
-            if new.prompt_token_ids and (new.num_computed_tokens + out.num_scheduled_tokens.get(new.req_id, 0)
-                                         >= len(new.prompt_token_ids)):
-                run.whole.add(new.req_id)
-        cached = out.scheduled_cached_reqs
-        resumed = self.era.resumed(out)
-        for i, rid in enumerate(cached.req_ids):
-            if cached.new_block_ids[i]:
-                grown = [list(ids) for ids in cached.new_block_ids[i]]
-                known = run.group_blocks.get(rid) if rid not in resumed else None
-                run.group_blocks[rid] = [a + b for a, b in zip(known, grown)] if known else grown
-            ids = list((cached.new_block_ids[i] or ([],))[0])
-            if rid in resumed:
-                run.preempted.add(rid)
-                run.blocks[rid] = ids
-            else:
-                run.blocks[rid] = run.blocks.get(rid, []) + ids
-            origin = run.origin.setdefault(rid, [])
-            origin += run.blocks[rid][len(origin):]
-            first = cached.num_computed_tokens[i]
-            moved = [(p // run.block_size, p % run.block_size)
-                     for p in range(first, first + out.num_scheduled_tokens.get(rid, 0))
-                     if origin[p // run.block_size] != run.blocks[rid][p // run.block_size]]
-            copy_tokens(run.caches, run.before, [(origin[k], o) for k, o in moved],
-                        [(run.blocks[rid][k], o) for k, o in moved])
-
-    def _guarded(self, target: Any, name: str) -> Guarded:
-        return Guarded(target, name=f"{self.connector.label} {name}", timeout_s=self.timeout_s, noun="connector",
-                       on_call=beat)
-
-    def _build(self, name: str, factory: Callable[..., Any], *args: Any) -> Guarded:
-        """``factory(*args)`` as a setup hook, under the timeout (a constructor that waits forever is an
-        Error, not a hung run), its result guarded as ``name``."""
-        phase = f"building the {name}"
-        def timed(*a: Any) -> Any:
-            beat()
-            return call_within(self.timeout_s, f"{self.connector.label} {phase}", factory, *a)
-
-        return self._guarded(self._setup(phase, timed, *args), name)
-
-    @staticmethod
-    def _hook(phase: str, call: Callable[..., Any], *args: Any) -> Any:
-        try:
-            return call(*args)
-        except HarnessError:
-            raise
-        except Exception as exc:
-            raise ConnectorRaised(phase, exc) from exc
-
-    @classmethod
-    def _setup(cls, phase: str, call: Callable[..., Any], *args: Any) -> Any:
-        """A hook that builds a connector or registers the caches: NotImplementedError there declines
-        the layout; anything else it raises there is NotBuilt (Not runnable)."""
-        try:
-            return cls._hook(phase, call, *args)
-        except ConnectorRaised as exc:
-            if isinstance(exc.exc, NotImplementedError):
-                raise LayoutRefused(exc.phase, exc.exc) from exc.exc
-            raise NotBuilt(exc.phase, exc.exc) from exc.exc
+        """``pair.track_blocks`` over this harness's era (the name tests/levels/connector/test_outcomes.py calls)."""
+        track_blocks(self.era, out, run)
 
 
 # Where a model's config.json keeps its vocabulary: at the top (a text model), or in the config of the

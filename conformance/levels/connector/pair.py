@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from conformance.contract.spec import resolve_kv_cache_dtype
-from conformance.levels.connector.eras import EraUnavailable
+from conformance.levels.connector.bench import Bench, hook, setup
+from conformance.levels.connector.eras import Era, EraUnavailable
 from conformance.levels.connector.ledger import WAITING_FOR_LOAD, Ledger
 from conformance.levels.connector.runs import (
     SAMPLED_TOKEN,
@@ -21,6 +22,7 @@ from conformance.levels.connector.runs import (
     DtypeFallback,
     EmbedsTwin,
     LayoutRefused,
+    NegativeClaim,
     NotJudged,
     OverClaim,
     Phase,
@@ -28,13 +30,10 @@ from conformance.levels.connector.runs import (
     TransferStalled,
     judged_with,
 )
-from conformance.levels.connector.slots import backing_bytes, by_block, scatter_bytes, views_over
+from conformance.levels.connector.slots import backing_bytes, by_block, copy_tokens, scatter_bytes, views_over
 from conformance.levels.diagnosis import heard_degradation, runs_degraded
 from conformance.levels.subject import side_channel_ports
 from conformance.verdict.guard import Guarded, HarnessError
-
-if TYPE_CHECKING:
-    from conformance.levels.connector.harness import ConnectorHarness
 
 IDLE_STEP_PAUSE_S = 0.002  # a step that scheduled nothing is waiting on an async transfer
 DRAIN_S = 5.0  # how long a phase whose requests all ended waits for the transfers still holding blocks
@@ -52,26 +51,26 @@ class Pair:
 
     built = 0  # pairs this process built: a connector that can be built here at all
 
-    def __init__(self, harness: ConnectorHarness, *, kv_cache_dtype: str, layout: str, block_size: int,
+    def __init__(self, bench: Bench, *, kv_cache_dtype: str, layout: str, block_size: int,
                  storage: str, model: Path | None = None, scheduling: Mapping[str, int] | None = None,
                  num_blocks: int | None = None, role: str | None = None, serves: frozenset[str] = frozenset(),
                  model_dtype: str | None = None) -> None:
-        if "events" in harness.connector.capabilities:  # an engine whose operator turned KV events on
+        if "events" in bench.connector.capabilities:  # an engine whose operator turned KV events on
             serves |= {"events"}
-        self.harness, era = harness, harness.era
+        self.bench, era = bench, bench.era
         self.kv_cache_dtype, self.layout = kv_cache_dtype, layout
-        model = model or harness.model
-        transfer = harness.connector.transfer_config(dict(harness.extra_config), str(harness.workdir / storage),
-                                                     model=model.name,
-                                                     role=role)
-        self.config = config = harness._setup("configuring vLLM with the connector", lambda: era.make_config(
+        model = model or bench.model
+        transfer = bench.connector.transfer_config(dict(bench.extra_config), str(bench.workdir / storage),
+                                                   model=model.name,
+                                                   role=role)
+        self.config = config = setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
             block_size=block_size, scheduling=scheduling, serves=serves, model_dtype=model_dtype))
         resolved = config.cache_config.cache_dtype
         if resolved != kv_cache_dtype:  # vLLM's own choice for this platform: no such KV cache to judge
             raise DtypeFallback(f"vLLM {era.vllm_version} runs kv_cache_dtype={kv_cache_dtype} as {resolved!r} on "
                                 "this platform (its config falls back), so no such KV cache exists to judge")
-        required = harness._setup("asking the connector for its KV cache layout", era.required_layout, config)
+        required = setup("asking the connector for its KV cache layout", era.required_layout, config)
         if required is not None and required != layout:  # vLLM allocates the required one: never this draw
             raise LayoutRefused("get_required_kvcache_layout", NotImplementedError(
                 f"the connector requires the {required} KV cache layout, so vLLM never gives it {layout}"))
@@ -80,7 +79,7 @@ class Pair:
         # The caller sized the cache in blocks of the size it asked for: where vLLM chose another,
         # the same number of tokens (4x the blocks of 16 for 64 asked: a prompt sized to fill the
         # cache would otherwise wait forever for blocks the scheduler never has).
-        blocks = -(-(num_blocks or harness.num_blocks) * block_size // self.block_size)
+        blocks = -(-(num_blocks or bench.num_blocks) * block_size // self.block_size)
         layer_names = [f"model.layers.{i}.self_attn.attn"
                        for i in range(config.model_config.get_num_layers(config.parallel_config))]
         kv_cache_config, self.caches = era.allocate(config, layer_names, blocks, self.mla)
@@ -94,25 +93,25 @@ class Pair:
         os.environ.update(side_channel_ports())
         with heard_degradation() as degraded:  # a connector that chose to run without its cache here
             with era.worker_setup(config):
-                self.worker = harness._build("worker connector", era.make_worker_connector, config, kv_cache_config)
+                self.worker = bench.build("worker connector", era.make_worker_connector, config, kv_cache_config)
             self.scheduler: Guarded | None = None
             try:
                 with era.worker_setup(config):
-                    harness._setup("register_kv_caches", self.worker.register_kv_caches, self.caches)
-                self.scheduler = harness._build("scheduler", era.make_scheduler, config, kv_cache_config)
+                    setup("register_kv_caches", self.worker.register_kv_caches, self.caches)
+                self.scheduler = bench.build("scheduler", era.make_scheduler, config, kv_cache_config)
                 if "images" in serves:
                     self._take_images(config)
-                harness._setup("handing the worker's handshake metadata to the scheduler", era.relay_handshake,
-                               self.worker.inner, self.scheduler.inner)
+                setup("handing the worker's handshake metadata to the scheduler", era.relay_handshake,
+                      self.worker.inner, self.scheduler.inner)
                 if degraded:
-                    raise NotJudged(runs_degraded(harness.connector.label, degraded))
+                    raise NotJudged(runs_degraded(bench.connector.label, degraded))
             except BaseException:
                 self.close(quiet=True)
                 raise
         Pair.built += 1
         self.free_at_start = self.scheduler.inner.kv_cache_manager.block_pool.get_num_free_blocks()
         self.ledger = Ledger()
-        self.runner = harness._guarded(era, "worker step")  # vLLM's runner code checks the connector's type
+        self.runner = bench.guarded(era, "worker step")  # vLLM's runner code checks the connector's type
         self.runs: list[Run] = []
         self.run: Run | None = None
         self.events_on = "events" in serves
@@ -125,9 +124,9 @@ class Pair:
         tokens (no pixels are encoded; the connector sees only the images' identifiers and places)."""
         assert self.scheduler is not None
         try:
-            self.harness.era.take_images(self.scheduler.inner, config.scheduler_config.max_num_batched_tokens)
+            self.bench.era.take_images(self.scheduler.inner, config.scheduler_config.max_num_batched_tokens)
         except EraUnavailable as exc:
-            raise NotJudged(f"vLLM {self.harness.era.vllm_version} cannot be given requests with images here: "
+            raise NotJudged(f"vLLM {self.bench.era.vllm_version} cannot be given requests with images here: "
                             f"{exc}") from exc
 
     def _record_events(self, scheduler: Any) -> None:
@@ -167,11 +166,11 @@ class Pair:
     def begin(self, phase: Phase, number: int) -> Run:
         """Start a phase: the prefix cache reset (after the first), the fill written, its requests
         admitted; the phase's clock starts."""
-        h, era, assert_scheduler = self.harness, self.harness.era, self.scheduler
+        h, era, assert_scheduler = self.bench, self.bench.era, self.scheduler
         assert assert_scheduler is not None
         self.ledger.phase = number
         if self.runs and phase.fresh:
-            h._hook("scheduler", assert_scheduler.reset_prefix_cache)
+            hook("scheduler", assert_scheduler.reset_prefix_cache)
         raw = backing_bytes(self.caches)
         if phase.fresh:
             phase.fill(raw, era.storage_dtype(self.config), self.model_dtype)
@@ -187,7 +186,7 @@ class Pair:
                                        prompt_embeds=self._embeds(phase, request_id, len(prompt)))
             if self.events_on:  # what the events clause holds the connector's events against
                 run.block_hashes[request_id] = era.event_hashes(request)
-            h._hook("scheduler", assert_scheduler.add_request, request)
+            hook("scheduler", assert_scheduler.add_request, request)
         self.phase, self.step_no = phase, 0
         self.drained_by: float | None = None
         self.extend()
@@ -207,17 +206,20 @@ class Pair:
 
     def extend(self) -> None:
         """Restart the phase's clock (a producer waiting for its consumer)."""
-        self.deadline = time.monotonic() + self.harness.timeout_s
+        self.deadline = time.monotonic() + self.bench.timeout_s
 
     def step(self, *, drain: float | None = DRAIN_S, until_finished: bool = False) -> bool:
         """One step; False once the phase is over: every request ended and its blocks came back, or
         ``drain`` seconds after every request ended (``Run.held`` names the blocks still held; None:
         not yet draining), or (``until_finished``) once every request ended. HarnessError at the
         phase's deadline while a request has not ended."""
-        h, run, phase, scheduler = self.harness, self.run, self.phase, self.scheduler
+        h, run, phase, scheduler = self.bench, self.run, self.phase, self.scheduler
         assert run is not None and scheduler is not None
         inner = scheduler.inner
-        h._abort_due(scheduler, run, phase.aborts, self.step_no)
+        for rid, after in phase.aborts.items():  # the aborts due at this step
+            if after == self.step_no and rid not in run.aborted:
+                run.aborted.add(rid)
+                hook("scheduler", h.era.abort, inner, rid)
         if not inner.has_requests() and not inner.requests:
             return False
         now = time.monotonic()
@@ -230,21 +232,21 @@ class Pair:
                     return False
         elif now > self.deadline:
             self._stalled(inner)
-        out = h._hook("scheduler", scheduler.schedule)
+        out = hook("scheduler", scheduler.schedule)
         run.async_loads |= {rid for rid, request in inner.requests.items() if request.status.name == WAITING_FOR_LOAD}
         if not out.total_num_scheduled_tokens:
             time.sleep(IDLE_STEP_PAUSE_S)
-        h._track_blocks(out, run)
+        track_blocks(h.era, out, run)
         reallocated = self._reallocated(out, run) if phase.reuse_reallocated else []
         forward = (lambda: self._overwrite(reallocated, run)) if reallocated else None
         prefixes = self._prefix_blocks(out, run)
-        connector_output = h._hook("worker hooks", self.runner.run_worker_step, self.worker.inner, out,
-                                   run.caches, run.mla, self.config, forward,
-                                   (lambda layer: self._read(layer, prefixes, run)) if prefixes else None)
+        connector_output = hook("worker hooks", self.runner.run_worker_step, self.worker.inner, out,
+                                run.caches, run.mla, self.config, forward,
+                                (lambda layer: self._read(layer, prefixes, run)) if prefixes else None)
         self._sort_load_errors(out, connector_output, inner, run, prefixes)
         self.ledger.vet(connector_output, inner, self.step_no)
         result = h.era.model_runner_output(inner, out, connector_output, SAMPLED_TOKEN)
-        outputs = h._hook("scheduler", scheduler.update_from_output, out, result)
+        outputs = hook("scheduler", scheduler.update_from_output, out, result)
         for engine_outputs in (outputs or {}).values():
             if getattr(engine_outputs.scheduler_stats, "kv_connector_stats", None):
                 run.stats.append(engine_outputs)
@@ -271,9 +273,9 @@ class Pair:
         for new in out.scheduled_new_reqs:
             add(new.block_ids, new.num_computed_tokens)
         cached = out.scheduled_cached_reqs
-        resumed = self.harness.era.resumed(out)
+        resumed = self.bench.era.resumed(out)
         for i, rid in enumerate(cached.req_ids):
-            if rid in resumed:  # its blocks are the ones this step re-admits it with (_track_blocks)
+            if rid in resumed:  # its blocks are the ones this step re-admits it with (track_blocks)
                 add(run.group_blocks[rid], cached.num_computed_tokens[i])
         return {group: blocks for group, blocks in found.items() if blocks}
 
@@ -298,7 +300,7 @@ class Pair:
 
     def _stalled(self, scheduler: Any) -> None:
         """The phase's deadline passed with requests unfinished: say which, and what they wait for."""
-        h, left = self.harness, sorted(scheduler.requests)
+        h, left = self.bench, sorted(scheduler.requests)
         waiting = [rid for rid in left if scheduler.requests[rid].status.name == WAITING_FOR_LOAD]
         if waiting and len(waiting) == scheduler.get_num_unfinished_requests():
             raise TransferStalled(
@@ -390,11 +392,50 @@ class Pair:
             if part is None:
                 continue
             try:
-                self.harness._hook("shutdown", part.shutdown)
+                hook("shutdown", part.shutdown)
             except (ConnectorRaised, HarnessError):
                 if not quiet:
                     raise
         self.worker = self.scheduler = None  # type: ignore[assignment]
+
+
+def track_blocks(era: Era, out: Any, run: Run) -> None:
+    """Where each scheduled request's KV lives; a request re-admitted after a preemption gets new
+    blocks, and the tokens it recomputes there get the bytes it computed the first time (as a
+    deterministic model writes them), so its KV stays comparable with ``Run.origin``."""
+    for new in out.scheduled_new_reqs:
+        if new.num_computed_tokens < 0:
+            raise NegativeClaim(new.req_id, new.num_computed_tokens)
+        run.blocks[new.req_id] = list(new.block_ids[0])
+        run.origin[new.req_id] = list(new.block_ids[0])
+        run.group_blocks[new.req_id] = [list(ids) for ids in new.block_ids]
+        # What the connector loaded: the computed tokens less vLLM's own prefix-cache hits (a batch-mate
+        # sharing a prefix hits the blocks another request of the same step is computing).
+        run.external_tokens[new.req_id] = new.num_computed_tokens - run.claims.get(new.req_id, (0, 0))[0]
+        if new.prompt_token_ids and (new.num_computed_tokens + out.num_scheduled_tokens.get(new.req_id, 0)
+                                     >= len(new.prompt_token_ids)):
+            run.whole.add(new.req_id)
+    cached = out.scheduled_cached_reqs
+    resumed = era.resumed(out)
+    for i, rid in enumerate(cached.req_ids):
+        if cached.new_block_ids[i]:
+            grown = [list(ids) for ids in cached.new_block_ids[i]]
+            known = run.group_blocks.get(rid) if rid not in resumed else None
+            run.group_blocks[rid] = [a + b for a, b in zip(known, grown)] if known else grown
+        ids = list((cached.new_block_ids[i] or ([],))[0])
+        if rid in resumed:
+            run.preempted.add(rid)
+            run.blocks[rid] = ids
+        else:
+            run.blocks[rid] = run.blocks.get(rid, []) + ids
+        origin = run.origin.setdefault(rid, [])
+        origin += run.blocks[rid][len(origin):]
+        first = cached.num_computed_tokens[i]
+        moved = [(p // run.block_size, p % run.block_size)
+                 for p in range(first, first + out.num_scheduled_tokens.get(rid, 0))
+                 if origin[p // run.block_size] != run.blocks[rid][p // run.block_size]]
+        copy_tokens(run.caches, run.before, [(origin[k], o) for k, o in moved],
+                    [(run.blocks[rid][k], o) for k, o in moved])
 
 
 def _held(scheduler: Any, free_at_start: int) -> list[str]:
