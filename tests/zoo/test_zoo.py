@@ -8,6 +8,8 @@ import pytest
 from conformance.verdict.clauses import CLAUSES
 from conformance.zoo import ZOO
 
+from tests.conftest import REPO
+
 
 @pytest.mark.parametrize("store", ["memory", "file", "conformance.zoo.good.bounded_store:make_store"])
 def test_reference_stores_pass(run_suite, store):
@@ -48,3 +50,22 @@ def test_hanging_store_is_error_and_the_run_finishes(run_suite):
     statuses = run.statuses()
     assert set(statuses.values()) == {"Error", "Disabled"}, statuses
     assert "hung in get()" in run.output
+
+
+def test_the_connector_zoo_names_only_known_clauses_and_importable_members():
+    """The connector zoo's expectations (``zoo.connectors.ZOO``, ``PD_ZOO``) are data: a misspelt clause or
+    member would otherwise surface only in the 15-minute engine run that reads them."""
+    from conformance.zoo.connectors import PD_ZOO
+    from conformance.zoo.connectors import ZOO as CONNECTORS
+
+    for member in CONNECTORS.values():
+        named = member.fails | member.may_fail | member.not_exercised | member.not_inherited
+        assert named <= set(CLAUSES), (member.target, named - set(CLAUSES))
+        assert not member.fails & member.may_fail, member
+        assert member.inherits is None or member.inherits.isidentifier(), member
+    for target, fails in PD_ZOO.items():
+        assert set(fails) <= set(CLAUSES), (target, set(fails) - set(CLAUSES))
+    for target in (*CONNECTORS, *PD_ZOO):
+        module, _, name = target.partition(":")
+        assert (REPO / (module.replace(".", "/") + ".py")).is_file(), target
+        assert f"class {name}" in (REPO / (module.replace(".", "/") + ".py")).read_text(), target
