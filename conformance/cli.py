@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from conformance import __version__
-from conformance.vocabulary import LEVELS
+from conformance.vocabulary import LEVELS, Level
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -348,7 +348,7 @@ def _gate(args: argparse.Namespace) -> int:
         subject = list(connector_args(args.connector, extra, [c for c in args.capabilities.split(",") if c]))
     subject += [f"--kv-cache-dtypes={args.kv_cache_dtypes}"] if args.kv_cache_dtypes else []
     subject += args.suite_arg  # each one token of the suite's command line
-    level = args.level or ("store" if args.store else "connector")
+    level: Level = args.level or ("store" if args.store else "connector")
     cell = gate_cell(args.store or args.connector, subject, level, args.profile)
     return run_gate(args.base, args.head, args.out, cell, allow_lost=args.allow_lost, summary=args.summary)
 

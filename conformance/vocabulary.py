@@ -1,6 +1,10 @@
 """The suite's shared vocabulary: level names, the ``--kv-*`` option names, the model a run takes
 when none is named.
 
+``Level`` is a closed type: ``Clause.level`` and ``Cell.level`` are ``Level`` (a results file's cell
+level is read back as one by ``report.render.cell_level``), and mypy (``strict_equality``) refuses a
+comparison of a ``Level`` with a string that is no level.
+
 The ground floor of the house (tests/test_architecture.py ranks the rooms): every room may read
 it, and it imports nothing, so the noxfile, the matrix's plan and the report read it in a Python
 that has no test framework.
@@ -12,6 +16,9 @@ from typing import Literal, get_args
 
 Level = Literal["store", "connector", "engine"]
 LEVELS: tuple[Level, ...] = get_args(Level)  # in the order a run climbs them
+# The levels a connector is judged at (matrix.yaml's ``levels:`` on a connector entry); the store
+# level judges a store alone. Typed by ``Level``: mypy refuses a name that is not one.
+CONNECTOR_LEVELS: tuple[Level, ...] = ("connector", "engine")
 
 DEFAULT_MODEL = "qwen3-tiny"  # what a run, a certified product and the PR gate take when none is named
 

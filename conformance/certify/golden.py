@@ -10,14 +10,14 @@ import hashlib
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import yaml
 
 from conformance.contract.spec import KV_CACHE_DTYPES
 from conformance.verdict import secrets
 from conformance.verdict.clauses import CLAUSES
-from conformance.vocabulary import DEFAULT_MODEL, LEVELS
+from conformance.vocabulary import DEFAULT_MODEL, LEVELS, Level
 
 GOLDEN_SCHEMA = "kvconform.golden/3"
 SHIPPED_GOLDEN = Path(str(files("conformance.certify") / "required-tests.yaml"))
@@ -43,9 +43,9 @@ class Badge:
     required: tuple[str, ...]
 
     @property
-    def levels(self) -> tuple[str, ...]:
+    def levels(self) -> tuple[Level, ...]:
         """The levels its required tests run at, in the suite's order."""
-        return tuple(level for level in LEVELS if any(t.startswith(f"{level}:") for t in self.required))
+        return tuple(level for level in LEVELS if any(level_of(t) == level for t in self.required))
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,13 @@ class Golden:
     sha256: str
 
 
-def test_id(level: str, clause: str) -> str:
+def test_id(level: Level, clause: str) -> str:
     return f"{level}:{clause}"
+
+
+def level_of(test: str) -> Level:
+    """The level of a test id (``level:clause``) of ``known_test_ids``."""
+    return cast(Level, test.partition(":")[0])
 
 
 def known_test_ids() -> set[str]:
@@ -96,7 +101,7 @@ def load_golden(path: Path = SHIPPED_GOLDEN) -> Golden:
         for i, tid in enumerate(required):
             _need(tid in known_test_ids(), path, f"{where}.required[{i}]",
                   f"a test id of this suite (level:clause), got {tid!r}")
-        _need(all(tid.startswith("store:") == (spec["subject"] == "store") for tid in required), path,
+        _need(all((level_of(tid) == "store") == (spec["subject"] == "store") for tid in required), path,
               f"{where}.required", f"tests of the {spec['subject']} subject's levels only")
         badges[name] = Badge(name, spec["subject"], spec["description"], tuple(dtypes) if dtypes else None,
                              tuple(required))

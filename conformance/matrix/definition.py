@@ -21,13 +21,13 @@ from conformance.levels.engine.models import model_names
 from conformance.levels.subject import CONNECTOR_CAPABILITIES, parse_capabilities
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.profiles import PROFILES
+from conformance.vocabulary import CONNECTOR_LEVELS, Level
 
 SCHEMA = "kvconform.matrix/1"
 PLATFORMS = ("cpu", "cuda")  # install lists a stack may give; a tier says which one its cells use
 NO_LMCACHE = "none"  # the lmcache coordinate of a stack without LMCache
-# What a connector entry runs: the connector level (one cell per model, drawing the dtype axis)
-# and the engine level (one cell per model and kv_cache_dtype).
-CONNECTOR_LEVELS = ("connector", "engine")
+# What a connector entry runs (CONNECTOR_LEVELS): the connector level (one cell per model, drawing
+# the dtype axis) and the engine level (one cell per model and kv_cache_dtype).
 API_DTYPES_SEP = "+"  # a connector-level cell's kv_cache_dtype coordinate: the axis it drew from
 # What a `when:` may test: the coordinates cells carry (stores: store; connectors: the rest).
 COORDINATES = ("store", "connector", "model", "kv_cache_dtype", "vllm", "lmcache")
@@ -70,7 +70,7 @@ class Cell:
     """One run of the suite: an implementation on a tier, and the clauses it is expected to fail."""
 
     name: str
-    level: str  # the level its clauses belong to: "store", "connector" (the connector level) or "engine"
+    level: Level  # the level its clauses belong to
     args: tuple[str, ...]  # the pytest options that select the implementation under test
     tier: Tier
     coordinates: Mapping[str, str] = field(default_factory=dict)
@@ -152,7 +152,7 @@ class _ConnectorEntry(TypedDict):
     kv_cache_dtypes: list[str]
     tiers: tuple[str, ...]
     stacks: tuple[str | None, ...]
-    levels: list[str]
+    levels: list[Level]  # of CONNECTOR_LEVELS
 
 
 class ConnectorEntry(_ConnectorEntry, total=False):
@@ -211,7 +211,7 @@ class Matrix:
         s = self.stacks[stack]
         return replace(cell, name=f"{cell.name}@{stack}", coordinates={**cell.coordinates, **s.coordinates}, stack=s)
 
-    def expected(self, level: str, coordinates: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    def expected(self, level: Level, coordinates: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
         """The known failures of a run of ``level`` at ``coordinates``, clause -> reason: those it
         must fail, and those it may (vLLM itself not reproducible there)."""
         expected: dict[str, str] = {}
@@ -254,7 +254,7 @@ def connector_label(connector: str, extra_config: Mapping[str, Any] | None) -> s
     return f"{connector}({'+'.join(names)})"
 
 
-def connector_cells(name: str, spec: Mapping[str, Any], tier: Tier) -> list[Cell]:
+def connector_cells(name: str, spec: ConnectorEntry, tier: Tier) -> list[Cell]:
     """A connector entry's cells on one stack: per model, one connector-level cell (it draws the whole
     dtype axis itself) and one engine cell per kv_cache_dtype (each engine runs one)."""
     chosen = connector_args(spec["connector"], spec.get("extra_config"), spec.get("capabilities") or (),

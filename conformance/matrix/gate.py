@@ -16,12 +16,12 @@ from typing import Callable, Sequence
 from conformance.matrix.definition import Cell, Tier
 from conformance.matrix.runner import run_cell
 from conformance.report import diff
-from conformance.vocabulary import DEFAULT_MODEL
+from conformance.vocabulary import DEFAULT_MODEL, Level
 
 SIDES = ("base", "head")
 
 
-def gate_cell(subject: str, subject_args: Sequence[str], level: str, profile: str = "ci",
+def gate_cell(subject: str, subject_args: Sequence[str], level: Level, profile: str = "ci",
               timeout_s: float = 1800, model: str = DEFAULT_MODEL, kv_cache_dtype: str = "auto") -> Cell:
     """The one cell both sides run: the suite's options for ``subject`` (a store or connector), at one level."""
     return Cell("gate", level, (*subject_args, f"--kv-levels={level}"), Tier("gate", profile, timeout_s),

@@ -14,7 +14,7 @@ import pytest
 
 from conformance.plugin import options
 from conformance.plugin.options import State, session_state
-from conformance.vocabulary import LEVELS, LEVELS_OPTION
+from conformance.vocabulary import CONNECTOR_LEVELS, LEVELS, LEVELS_OPTION, Level
 
 # The fixtures the levels' clauses use, how a test's outcome becomes a verdict, and the child
 # process a connector-level test runs in.
@@ -79,8 +79,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     levels = {id(item): c.level for item in items if (c := clause_of(item)) is not None}
     if not levels:
         return
-    chosen = {"store": bool(state.store_spec), "engine": bool(state.connector_spec),
-              "connector": bool(state.connector_spec)}
+    chosen: dict[Level, bool] = {level: bool(state.connector_spec if level in CONNECTOR_LEVELS else state.store_spec)
+                                 for level in LEVELS}
     if not any(chosen.values()):
         raise pytest.UsageError(
             "kvconform: no store chosen: pass --kv-store module:factory (or a registered name "
@@ -93,7 +93,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             raise pytest.UsageError(f"kvconform: {LEVELS_OPTION}: unknown level {unknown[0]!r}; valid: {', '.join(LEVELS)}")
         chosen = {level: ok and level in names for level, ok in chosen.items()}
     # A level whose implementation was not chosen is not collected (like -k), not failed.
-    keep = [item for item in items if chosen.get(levels.get(id(item), ""), True)]
+    keep = [item for item in items if id(item) not in levels or chosen[levels[id(item)]]]
     dropped = [item for item in items if item not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -12,6 +12,7 @@ import pytest
 from conformance.plugin import options
 from conformance.plugin.fixtures import connector_choice
 from conformance.plugin.options import ENGINE_EVIDENCE, ENGINE_TIMINGS, ENGINE_VERSIONS, session_state
+from conformance.vocabulary import CONNECTOR_LEVELS, Level
 
 if TYPE_CHECKING:
     from conformance.util.identity import Identity
@@ -101,10 +102,10 @@ def _not_exercised(report: pytest.TestReport, item: pytest.Item, clause_id: str,
 # ClauseViolation (the connector level's hooks; the engine level's engines, judged by _vetted):
 # anything else that fails there is the suite's own fault, an Error (an LMCache server of the
 # suite's answering its health check in ZMQ's bytes was once a connector's Fail).
-STRICT_FAIL_LEVELS = ("connector", "engine")
+STRICT_FAIL_LEVELS: tuple[Level, ...] = CONNECTOR_LEVELS
 
 
-def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None], level: str = "store") -> Any:
+def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None], level: Level = "store") -> Any:
     """The lattice status decided by this phase's report, or None when the phase decides nothing."""
     from conformance.verdict.asserts import ClauseViolation
     from conformance.verdict.guard import HarnessError

@@ -20,13 +20,14 @@ from conformance import __version__
 from conformance.report.answers import MARK_MEANINGS, MARKS
 from conformance.report.document import MatrixReport
 from conformance.verdict.clauses import CLAUSES
+from conformance.vocabulary import LEVELS, Level
 
 COLOURS = {
     "Pass": "#1a7f37", "Fail": "#cf222e", "Error": "#8250df", "XFail": "#9a6700", "XPass": "#bc4c00",
     "Skip": "#6e7781", "Disabled": "#8c959f", "Not runnable": "#57606a",
     "Not exercised": "#0969da", "Pass, partly Not runnable": "#7a9a80",
 }
-LEVEL_TITLES = {"store": "store level", "connector": "connector level", "engine": "engine level"}
+LEVEL_TITLES: dict[Level, str] = {level: f"{level} level" for level in LEVELS}
 MESSAGE_LIMIT = 1500  # characters of a message the page keeps (matrix.json has them whole)
 
 _PAGE = """<!doctype html>

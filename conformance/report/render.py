@@ -18,12 +18,13 @@ from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES, GROUPS, PassRecord
 from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry, platform_of
 from conformance.verdict.status import Status, is_red, worst
+from conformance.vocabulary import Level
 
 
-def cell_level(cell: CellInfo) -> str | None:
+def cell_level(cell: CellInfo) -> Level | None:
     """A result's cell level (results written before the rename call it ``kind``)."""
     level = cell.get("level", cell.get("kind"))
-    return level if isinstance(level, str) else None
+    return cast(Level, level) if isinstance(level, str) else None
 
 
 def load_results(results_dir: Path, only: set[str] | None = None) -> list[ResultsDocument]:
@@ -237,7 +238,7 @@ def markdown(matrix: MatrixReport) -> str:
         clauses = [c for c in matrix["clauses"] if CLAUSES[c].level == level]
         rows = [cell for cell in matrix["cells"] if any(c in cell["statuses"] for c in clauses)]
         coords = coordinate_names(rows)
-        lines += [f"### {LEVEL_TITLES.get(level, level + ' level')}", "",
+        lines += [f"### {LEVEL_TITLES[level]}", "",
                   "| cell | tier | " + "".join(f"{k} | " for k in coords) + " | ".join(f"`{c}`" for c in clauses) + " |",
                   "|---|---|" + "---|" * (len(coords) + len(clauses))]
         for cell in rows:

@@ -76,7 +76,7 @@ def _installed(top: str, origin: Path) -> Identity | None:
                       None)
         record_text = (record.read_text() or "") if record is not None else ""
         modified = sorted(str(rel) for rel, f in listed.items()
-                          if rel.parent == mine.parent and f.hash is not None and _differs(base / rel, f.hash))
+                          if rel.parent == Path(mine.parent) and f.hash is not None and _differs(base / rel, f.hash))
         problems = [f"{name}: {f} differs from the installed wheel's RECORD (edited after install)" for f in modified]
         return {"distribution": dist.metadata["Name"], "version": dist.version,
                 "record_sha256": hashlib.sha256(record_text.encode()).hexdigest(), "modified": modified,

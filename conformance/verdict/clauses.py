@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, TypedDict, TypeVar
 
 from conformance.verdict import seeds
+from conformance.vocabulary import Level
 
 if TYPE_CHECKING:
     import pytest
@@ -26,7 +27,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 @dataclass(frozen=True)
 class Clause:
     id: str
-    level: str  # store, connector or engine
+    level: Level
     promise: str
     requires: frozenset[str] = frozenset()  # capabilities the store (or connector) must claim
     lossless: bool = False  # Disabled for stores (and connectors) that declare themselves lossy
@@ -36,9 +37,9 @@ class Clause:
         return self.id
 
 
-_STORE = "store"
-_ENGINE = "engine"
-_CONNECTOR = "connector"
+_STORE: Level = "store"
+_ENGINE: Level = "engine"
+_CONNECTOR: Level = "connector"
 # Clauses in which a request's KV is looked up by its prompt: they apply to a prefix cache (what
 # every connector is unless it declares itself a P/D transfer only).
 _CACHE = frozenset({"cache"})

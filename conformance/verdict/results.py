@@ -64,7 +64,7 @@ class CellInfo(TypedDict, total=False):
 
     id: str
     name: str
-    level: str  # store, connector, engine (``kind`` in files written before the rename)
+    level: str  # a Level, as a file has it (``kind`` in files written before the rename; report.render.cell_level)
     coordinates: dict[str, str]
     tier: str
     stack: dict[str, Any] | None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from conformance.verdict.audit import connector, engine, store
 from conformance.verdict.audit.schema import FIELDS, Gap, Reach, Twin
 from conformance.verdict.clauses import CLAUSES
+from conformance.vocabulary import LEVELS
 
 __all__ = ["AUDIT", "FIELDS", "Gap", "Reach", "Twin", "gaps", "render"]
 
@@ -30,7 +31,7 @@ def gaps() -> list[tuple[str, str, str, Gap]]:
 def render() -> str:
     """The audit as markdown tables, one per level: a gap shows as what it lets through, never as a blank."""
     out = []
-    for level in ("store", "connector", "engine"):
+    for level in LEVELS:
         rows = [(cid, t) for cid, c in CLAUSES.items() if c.level == level for t in AUDIT.get(cid, ())]
         missing = sum(isinstance(r, Gap) for _, t in rows for r in (t.early, t.late, t.slight, t.large))
         out += [f"### {level.capitalize()} level: {len(rows)} fields, {missing} gaps", "",
