@@ -137,63 +137,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from conformance.matrix import definition as matrix
-    from conformance.matrix import plan, runner
-    from conformance.matrix.stacks import PLATFORM
-    from conformance.report import render as report
+    from conformance.matrix import tier
 
     try:
-        loaded = matrix.load(args.matrix)
-        tier_cells, excluded = loaded.cells(args.tier), loaded.excluded(args.tier)
-        unknown = sorted(set(args.cell) - {c.name for c in tier_cells} - {c.id for c in tier_cells})
-        left_out = {n: why for c, why in excluded for n in (c.name, c.id)}
-        if unknown and unknown[0] in left_out:
-            raise matrix.MatrixError(f"{args.matrix}: cell {unknown[0]!r} is excluded: {left_out[unknown[0]]}")
-        if unknown:
-            raise matrix.MatrixError(_no_such_cell(args, unknown[0], tier_cells))
-        sharded = plan.shard(loaded, args.tier, args.shard) if args.shard else None
-    except (matrix.MatrixError, ValueError) as exc:
-        print(f"kvconform: {exc}", file=sys.stderr)
-        return 2
-    if sharded is not None:
-        if not sharded:
-            print(f"kvconform: shard {args.shard} of tier {args.tier!r} has no cells (the plan needs fewer jobs)")
+        if args.list:
+            for line in tier.listing(args.matrix, args.tier, args.cell, args.shard):
+                print(line)
             return 0
-        args.cell = [*args.cell, *sharded]
-    if args.list:
-        for c in tier_cells:
-            print(f"{c.name}\t{c.id}")
-        for c, why in excluded:
-            print(f"{c.name}\t{c.id}\texcluded: {why}")
-        return 0
-    cells = [c for c in tier_cells if not args.cell or c.name in args.cell or c.id in args.cell]
-    results_dir = args.results or Path("results") / args.tier
-    first_shard = args.shard is not None and int(args.shard.partition("/")[0]) == 1  # validated by plan.shard
-    for cell, reason in excluded if not args.cell or first_shard else ():
-        runner.write_excluded(cell, reason, results_dir)
-    # pip's constraints come with the matrix: constraints/cpu.txt beside matrix.yaml, when it has one.
-    constraints = Path(args.matrix).parent / "constraints" / f"{PLATFORM}.txt"
-    stacks = runner.default_provisioner(args.stacks_dir, provision=not args.no_provision,
-                                        platform=loaded.tiers[args.tier].platform,
-                                        constraints=constraints if constraints.is_file() else None)
-    notice = runner.platform_notice(cells)
-    if notice:
-        print(notice)
-    try:
-        runner.run_cells(cells, results_dir, rerun=args.rerun, stacks=stacks, jobs=args.jobs)
-    except runner.ResultsInUse as exc:
+        return tier.run_tier(args.matrix, args.tier, results=args.results, report_dir=args.report, names=args.cell,
+                             shard=args.shard, rerun=args.rerun, jobs=args.jobs, stacks_dir=args.stacks_dir,
+                             provision=not args.no_provision)
+    except tier.TierError as exc:
         print(f"kvconform: {exc}", file=sys.stderr)
         return 2
-    # The report is the tier as matrix.yaml has it now: results of cells it no longer has are left out.
-    current = {c.file_stem for c in [*tier_cells, *(c for c, _ in excluded)]}
-    stale = sorted(p.stem for p in Path(results_dir).glob("*.json") if p.stem not in current)
-    if stale:
-        print(f"kvconform: left out of the report, no longer cells of tier {args.tier!r}: {', '.join(stale)} "
-              f"(their files stay in {results_dir})")
-    out = args.report or results_dir / "report"
-    rendered = report.render(results_dir, out, only=current)
-    print(f"kvconform: report written to {out}/index.html, matrix.md and matrix.json")
-    return 1 if report.any_red(rendered) else 0
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -251,16 +207,6 @@ def _stacks(args: argparse.Namespace) -> int:
     print(f"kvconform: {len(found) - len(remove)} venvs, {total / 2**30:.1f} GiB in {args.stacks_dir}"
           + (f"; {len(remove)} removed" if remove else ""))
     return 0
-
-
-def _no_such_cell(args: argparse.Namespace, name: str, cells: list) -> str:
-    """One line: the closest names, and how to list them all (a tier may have hundreds)."""
-    import difflib
-
-    close = difflib.get_close_matches(name, [c.name for c in cells] + [c.id for c in cells], n=3, cutoff=0.6)
-    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
-    return (f"{args.matrix}: tier {args.tier!r} has no cell {name!r}; {hint}"
-            f"`kvconform run --tier {args.tier} --list` lists its {len(cells)} cells")
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -4,6 +4,10 @@ A cell that crashes, hangs past its deadline or never writes results still yield
 file: every clause Error, with the reason and the tail of the log, so nothing disappears from
 the report. Results are keyed by cell and the suite's code (its version and files' hash): a rerun skips
 cells that code already did.
+
+Each file has one writer: the cell's pytest (the plugin) writes the suite's own verdicts to
+``raw_path``; the runner reads them and writes the cell's result (``result_path``: the verdicts, the
+cell, the expectations applied), the only file a report reads, and the only writer of it.
 """
 
 from __future__ import annotations
@@ -39,7 +43,15 @@ DEFAULT_STACKS_DIR = Path(".kvconform/stacks")
 
 
 def result_path(results_dir: Path, cell: Cell) -> Path:
+    """The cell's result, which the runner alone writes."""
     return Path(results_dir) / f"{cell.file_stem}.json"
+
+
+def raw_path(results_dir: Path, cell: Cell) -> Path:
+    """Where the cell's pytest writes the suite's own verdicts (``--kv-results``), which the runner
+    reads into the cell's result and then removes. Beside the result, with the same stem: what the
+    plugin keeps beside its results file (an engine cell's evidence) is the result's."""
+    return Path(results_dir) / f"{cell.file_stem}.raw"
 
 
 def baselines_dir(results_dir: Path) -> Path:
@@ -74,10 +86,11 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
              env: Mapping[str, str] | None = None, hosts: WarmHosts | None = None) -> ResultsDocument:
     """Run one cell (in its stack's Python, provisioned by ``stacks``; ``env`` added to its environment;
     an engine cell with the engine host ``hosts`` has warm for it); always returns and writes its results."""
-    out = result_path(results_dir, cell)
+    out, raw = result_path(results_dir, cell), raw_path(results_dir, cell)
     junit = out.with_suffix(".junit.xml")
     log = out.with_suffix(".log")
     out.unlink(missing_ok=True)
+    raw.unlink(missing_ok=True)
     missing = machine_platforms().get(cell.tier.platform)
     if missing is not None:  # a GPU tier on a CPU machine: reported, never attempted
         doc = _uniform_document(cell, Status.NOT_RUNNABLE, f"tier {cell.tier.name!r} runs on "
@@ -88,14 +101,14 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
     python, stack, failed = _stack_python(cell, stacks)
     started = time.monotonic()  # after provisioning: the stack records its own install_s
     args = (*cell.args, *([f"--kv-engine-baselines={baselines_dir(results_dir)}"] if cell.level == "engine" else []))
-    cmd = suite_command(args, cell.tier.profile, out, junit, python=python)
+    cmd = suite_command(args, cell.tier.profile, raw, junit, python=python)
     secrets.register_args(cmd)  # what the child echoes of its config is masked here too
     if failed is None:
         run_env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {}),
                    **(env or {})}
         secrets.register_environment(run_env)
         handed = hosts.take(cell, python, run_env, out.with_suffix(".host.log")) if hosts else []
-        output, problem = _run_pytest(cmd, out, log, cell.tier.timeout_s, run_env, handed)
+        output, problem = _run_pytest(cmd, raw, log, cell.tier.timeout_s, run_env, handed)
         for written in (log, junit, *(h.log_path for h in handed)):  # what a connector or store printed
             if written.exists():
                 written.write_text(results.redact_text(written.read_text(errors="replace")))
@@ -103,9 +116,10 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
     else:
         output, problem = failed.log, failed.reason
         log.write_text(output)
-    doc = json.loads(out.read_text()) if problem is None else _error_document(cell, problem, output)
+    doc = json.loads(raw.read_text()) if problem is None else _error_document(cell, problem, output)
+    raw.unlink(missing_ok=True)  # read: the result written below carries all of it
     shown = "python" if python == sys.executable else os.path.relpath(python)
-    command = (" ".join([shown, *cmd[1:]]).replace(str(out), "RESULTS.json").replace(str(junit), "JUNIT.xml")
+    command = (" ".join([shown, *cmd[1:]]).replace(str(raw), "RESULTS.json").replace(str(junit), "JUNIT.xml")
                .replace(str(Path.cwd()) + os.sep, ""))  # a repro command is relative to the checkout
     doc["cell"] = _cell_record(cell, stack, results.redact_text(command), time.monotonic() - started)
     apply_expectations(doc, cell)
@@ -166,7 +180,7 @@ def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True,
 
 def _run_pytest(cmd: list[str], out: Path, log: Path, timeout_s: float, env: dict[str, str],
                 handed: Sequence[AheadHost] = ()) -> tuple[str, str | None]:
-    """(output, problem): problem is None when pytest wrote its results in time. Its output goes to
+    """(output, problem): problem is None when pytest wrote its results (``out``) in time. Its output goes to
     ``log``; at the deadline its whole process group is killed (what it started in it too), and the
     engine hosts ``handed`` to it end after it."""
     handover_env, fds = handover.spawn_with(handed)
