@@ -60,8 +60,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     test = running()
     if test is not None and test.nodeid != item.nodeid:
         test = None  # set until the test's fixtures are torn down
-    if status is Status.PASS and c is not None and c.needs_load and test is not None and not test.loaded:
-        status = _not_exercised(report, item, c.id)
+    if status is Status.NOT_RUNNABLE and report.failed:
+        _not_runnable(report, item, call)
+    elif status is Status.PASS and c is not None and c.needs_load and test is not None and not test.loaded:
+        status = _not_exercised(report, item, c.id, _loaded_nothing(item.config, test.longest_asked))
     elif status is Status.PASS and test is not None and test.within and not test.coded:
         status = _not_exercised(report, item, c.id if c else item.name, (
             f"but every one of the {test.within} loaded token rows it compared (layer by layer) was byte for byte what "
@@ -84,11 +86,27 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def _not_exercised(report: pytest.TestReport, item: pytest.Item, clause_id: str,
-                   why: str = "without comparing anything: the connector loaded no KV in any of its runs (it "
-                              "declined every lookup), so no loaded byte was checked (a connector that stores only "
-                              "prompts past some length declares min-span=TOKENS: every prompt is then that much "
-                              "longer)") -> Any:
+def _not_runnable(report: pytest.TestReport, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    """A test ended by ``NotRunnable`` (in a fixture or the test): reported as a skip (JUnit too)
+    that says Not runnable and why, as ``status.not_runnable`` would have."""
+    from conformance.verdict.status import NotRunnable, Status
+
+    why = "; ".join(dict.fromkeys(map(str, _found(call.excinfo, NotRunnable))))
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), (item.location[1] or 0) + 1, f"{Status.NOT_RUNNABLE.value}: {why}")
+
+
+def _loaded_nothing(config: pytest.Config, longest_asked: int) -> str:
+    """Why a clause that compares loaded KV compared nothing, with the advice what the run saw supports."""
+    from conformance.levels.advice import advised, settle_advice, span_advice
+    from conformance.plugin.fixtures import connector_choice
+
+    connector = connector_choice(config)
+    return ("without comparing anything: the connector loaded no KV in any of its runs (it declined every lookup), "
+            "so no loaded byte was checked" + advised(span_advice(connector, longest_asked), settle_advice(connector)))
+
+
+def _not_exercised(report: pytest.TestReport, item: pytest.Item, clause_id: str, why: str) -> Any:
     """A pass that never tried what it promises (``why``): reported as a skip (JUnit too) with the
     Not exercised status, never as a Pass."""
     from conformance.verdict.status import Status
@@ -109,8 +127,10 @@ def _status_of(report: pytest.TestReport, call: pytest.CallInfo[None], level: Le
     """The lattice status decided by this phase's report, or None when the phase decides nothing."""
     from conformance.verdict.asserts import ClauseViolation
     from conformance.verdict.guard import HarnessError
-    from conformance.verdict.status import Status, carried
+    from conformance.verdict.status import NotRunnable, Status, carried
 
+    if report.failed and _found(call.excinfo, NotRunnable):  # in the test or a fixture: never the clause's
+        return Status.NOT_RUNNABLE
     if report.when == "call":
         if hasattr(report, "wasxfail"):
             return Status.XFAIL if report.skipped else Status.XPASS
