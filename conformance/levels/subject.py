@@ -3,6 +3,8 @@ and the storage the suite gives it, what it declares (capabilities), and where i
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -13,8 +15,12 @@ STORAGE = "{storage}"  # in a connector's extra config: the private directory th
 # ... and a name private to it, for what a daemon the connector talks to keys its state by (a
 # namespace, a key prefix, a bucket): the same for the engines or pairs that share that storage.
 NAMESPACE = "{namespace}"
-# ... and the served model's directory name, for a deployment that gives each model its own storage.
+# ... and the served model's directory name, for a deployment that gives each model its own storage;
+# and a digest of its weights, for a connector keyed by a configured checkpoint identity (two
+# checkpoints of one architecture in directories of one name are still two models).
 MODEL = "{model}"
+MODEL_DIGEST = "{model_digest}"
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")  # what a model directory's weights are kept in
 
 # What a connector may declare about itself (never guessed from its name): clauses that need a
 # capability are Disabled, not failed, for a connector that does not declare it.
@@ -41,6 +47,10 @@ CONNECTOR_CAPABILITIES = {
     "min-span": "it stores only spans of at least TOKENS tokens (a chunk it never splits, a minimum worth "
                 "storing): 'min-span=TOKENS' lengthens every prompt the suite builds by that many tokens (rounded "
                 "up to whole blocks), at both levels, so that each stores something to judge",
+    "settle": "what it stores becomes visible to lookups only some time after the step that saved it (a commit in "
+              "the background, a quorum of workers, remote storage that is eventually consistent): 'settle=SECONDS' "
+              "says how long; every later pass, and every engine that reads what another stored, asks only once "
+              "that long has passed since the saves were reported",
     "own-server": "it starts, or is configured to reach, the server it needs by itself (an LMCacheMPConnector "
                   "subclass that auto-starts its own tiered server): the suite starts no LMCache server for it "
                   "and passes it no lmcache.mp.* key, so what it is judged with is its own",
@@ -59,6 +69,7 @@ class ConnectorChoice:
     lossy_tolerance: float | None = None  # the logprob tolerance a lossy connector declares
     capacity_bytes: int | None = None  # the KV a bounded cache holds (capacity=BYTES)
     min_span: int = 0  # the fewest tokens it stores at once (min-span=TOKENS): the suite's prompts are that much longer
+    settle_s: float = 0.0  # how long after a save it becomes visible (settle=SECONDS): every later lookup waits that long
     storage_hook: str | None = None  # 'module:object' that damages storage the suite cannot see
     # The environment its engines need (--kv-engine-env NAME=VALUE: a hash seed its documentation
     # requires), as its deployment sets it for every engine; values may be secrets (results.recorded_env).
@@ -92,7 +103,7 @@ class ConnectorChoice:
             raise ValueError(f"--kv-storage-hook {storage_hook!r} is not 'package.module:object'")
         return cls(name=name, module_path=module or None, extra_config=extra, role=role, capabilities=caps,
                    lossy_tolerance=tolerance, capacity_bytes=parse_capacity(capabilities or ""),
-                   min_span=parse_min_span(capabilities or ""),
+                   min_span=parse_min_span(capabilities or ""), settle_s=parse_settle(capabilities or ""),
                    storage_hook=storage_hook,
                    engine_env=parse_engine_env(engine_env), transfer_fields=parse_transfer_fields(transfer_fields),
                    server_args=tuple(server_args))
@@ -114,10 +125,11 @@ class ConnectorChoice:
         return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
 
     def transfer_config(self, extra: dict[str, Any], storage: str, role: str | None = None,
-                        model: str = "") -> dict[str, Any]:
+                        model: Path | None = None) -> dict[str, Any]:
         """vLLM's KVTransferConfig kwargs, with ``storage`` (a directory private to this run) put
         wherever the extra config says ``{storage}``, however deep (a MultiConnector's children), and
-        the served ``model``'s directory name wherever it says ``{model}``;
+        the served ``model``'s directory name wherever it says ``{model}``, its weights' digest
+        wherever it says ``{model_digest}``;
         an extra config that names no place gets it as ExampleConnector's ``shared_storage_path``
         (other connectors ignore that key). ``extra`` (what the suite started: LMCache's server)
         reaches a MultiConnector's children too. ``role`` overrides the declared kv_role (a P/D pair's)."""
@@ -270,8 +282,8 @@ def parse_capabilities(text: str) -> tuple[frozenset[str], float | None]:
             parse_capacity(item)  # its value is read there
             names.add(name)
             continue
-        if name == "min-span":
-            parse_min_span(item)  # its value is read there
+        if name in ("min-span", "settle"):
+            (parse_min_span if name == "min-span" else parse_settle)(item)  # its value is read there
             names.add(name)
             continue
         if value and name != "lossy":
@@ -324,6 +336,26 @@ def parse_min_span(text: str) -> int:
     return found
 
 
+MAX_SETTLE_S = 60.0  # the longest visibility delay the suite waits out before each later lookup
+
+
+def parse_settle(text: str) -> float:
+    """The seconds of ``settle=SECONDS`` among declared capabilities, or 0."""
+    found = 0.0
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        if name == "settle":
+            try:
+                found = float(value)
+            except ValueError:
+                found = -1.0
+            if not 0 < found <= MAX_SETTLE_S:
+                raise ValueError(f"--kv-connector-capabilities: settle={value!r} is not a delay the suite waits out; "
+                                 "give the seconds after a save until a lookup sees it, at most "
+                                 f"{MAX_SETTLE_S:g}, e.g. settle=1.5")
+    return found
+
+
 def span_pad(min_span: int, unit: int) -> int:
     """What the suite adds to every prompt for a connector that declares ``min-span``: the span
     rounded up to whole ``unit``s (blocks), so that no prompt moves against a block boundary."""
@@ -370,16 +402,37 @@ def implied(capabilities: frozenset[str]) -> frozenset[str]:
 
 def namespace_of(storage: str) -> str:
     """The run's namespace: a name derived from its private storage directory (``{namespace}``)."""
-    import hashlib
-
     return "kvconform-" + hashlib.sha256(storage.encode()).hexdigest()[:16]
 
 
-def with_storage(value: Any, storage: str, model: str = "") -> Any:
-    """``value`` with every ``{storage}``, ``{namespace}`` and ``{model}`` in its strings replaced,
-    recursively through lists and dicts."""
+def weights_digest(model: Path) -> str:
+    """A digest of ``model``'s weights (every weight file's name and bytes): the checkpoint's identity,
+    whatever its directory is called. Read once per process and directory."""
+    return _weights_digest(str(model.resolve()))
+
+
+@functools.lru_cache(maxsize=8)
+def _weights_digest(model: str) -> str:
+    digest = hashlib.sha256()
+    files = sorted(f for pattern in WEIGHT_FILES for f in Path(model).glob(pattern))
+    if not files:
+        raise ValueError(f"{MODEL_DIGEST}: {model} holds no weight file ({', '.join(WEIGHT_FILES)}) to digest")
+    for weights in files:
+        digest.update(weights.name.encode() + b"\0")
+        with weights.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
+def with_storage(value: Any, storage: str, model: Path | None = None) -> Any:
+    """``value`` with every ``{storage}``, ``{namespace}``, ``{model}`` and ``{model_digest}`` in its
+    strings replaced, recursively through lists and dicts."""
     if isinstance(value, str):
-        return value.replace(STORAGE, storage).replace(NAMESPACE, namespace_of(storage)).replace(MODEL, model)
+        value = value.replace(STORAGE, storage).replace(NAMESPACE, namespace_of(storage))
+        value = value.replace(MODEL, model.name if model is not None else "")
+        return value.replace(MODEL_DIGEST, weights_digest(model)) if MODEL_DIGEST in value and model is not None \
+            else value
     if isinstance(value, list):
         return [with_storage(v, storage, model) for v in value]
     if isinstance(value, dict):

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import pytest
 
-COUNTS = "_kvconform_counts"  # (examples, loaded tokens, observed, within, coded, passes), carried on a raised exception too
+COUNTS = "_kvconform_counts"  # what the child's RunningTest counted (its fields), carried on a raised exception too
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -33,18 +33,19 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         raise
     finally:
         if test is not None and counts:
-            test.examples, test.loaded, test.observed, test.within, test.coded, test.passes = counts
+            for name, value in counts.items():
+                setattr(test, name, value)
     return True
 
 
-def _counted(test: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[int, int, str, int, int, list[Any]]:
-    """In the child: run the test; its counts go back with what it returns or raises."""
+def _counted(test: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """In the child: run the test; what it counted goes back with what it returns or raises."""
     from conformance.verdict.clauses import running
 
-    def counts() -> tuple[int, int, str, int, int, list[Any]]:
+    def counts() -> dict[str, Any]:
         now = running()
-        return ((now.examples, now.loaded, now.observed, now.within, now.coded, now.passes) if now is not None
-                else (0, 0, "", 0, 0, []))
+        return {name: value for name, value in vars(now).items() if name not in ("nodeid", "clause")} \
+            if now is not None else {}
 
     try:
         test(**kwargs)

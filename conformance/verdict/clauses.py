@@ -413,6 +413,7 @@ class RunningTest:
     # a verdict rests on, kept in the results.
     passes: list[PassRecord] = field(default_factory=list)
     observed: str = ""  # what the workload did (prompts evicted, local hits), recorded with a Pass
+    longest_asked: int = 0  # the longest prompt the connector was asked about, in tokens (its lookups)
 
 
 # Set by the plugin around each clause test (pytest runs one test at a time per process, and
@@ -451,6 +452,13 @@ def count_load(tokens: float) -> None:
     test = _RUNNING.get()
     if test is not None:
         test.loaded += int(tokens)
+
+
+def note_asked(tokens: int) -> None:
+    """Record that the connector was asked about a prompt of ``tokens`` tokens (a lookup)."""
+    test = _RUNNING.get()
+    if test is not None:
+        test.longest_asked = max(test.longest_asked, tokens)
 
 
 def count_coded(compared: int, changed: int) -> None:

@@ -77,7 +77,7 @@ def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
     with pytest.raises(ValueError, match="must be a positive tolerance"):
         parse_capabilities("lossy=-1")
     assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy", "pd", "cache", "stats", "events", "hma",
-                                            "capacity", "own-server", "min-span"}
+                                            "capacity", "own-server", "min-span", "settle"}
 
 
 def test_cross_engine_clauses_are_disabled_for_a_cache_inside_its_engine():
@@ -233,3 +233,42 @@ def test_a_daemon_backed_connector_gets_a_namespace_private_to_each_run():
     assert a == again and a["namespace"] != b["namespace"] and a["namespace"].startswith("kvconform-")
     assert a["tiers"] == [{"prefix": f"{a['namespace']}/l2"}] and a["socket"] == "/run/kvd.sock"
     assert "shared_storage_path" not in a  # it names a place of its own: no default given
+
+
+def test_a_settle_delay_is_declared_in_seconds_and_bounded():
+    from conformance.levels.subject import MAX_SETTLE_S, parse_settle
+
+    assert ConnectorChoice.parse("X", capabilities="persistent,settle=1.5").settle_s == 1.5
+    assert parse_settle("persistent") == 0 and ConnectorChoice.parse("X").settle_s == 0
+    for bad in ("settle=soon", "settle=0", f"settle={MAX_SETTLE_S + 1}", "settle="):
+        with pytest.raises(ValueError, match="settle="):
+            ConnectorChoice.parse("X", capabilities=f"persistent,{bad}")
+
+
+def test_advice_is_given_only_where_what_the_run_saw_supports_it():
+    """The min-span hint needs an undeclared span and prompts shorter than any span; the settle hint an
+    undeclared delay; none applies, nothing is said."""
+    from conformance.levels.advice import LONGEST_SPAN, advised, settle_advice, span_advice
+
+    plain = ConnectorChoice.parse("X", capabilities="persistent")
+    declared = ConnectorChoice.parse("X", capabilities="persistent,min-span=64,settle=2")
+    assert "had 85 tokens" in span_advice(plain, 85) and "min-span=TOKENS" in span_advice(plain, 85)
+    assert span_advice(declared, 85) == span_advice(plain, LONGEST_SPAN) == span_advice(plain, 0) == ""
+    assert "settle=SECONDS" in settle_advice(plain) and settle_advice(declared) == ""
+    assert advised(span_advice(declared, 85), settle_advice(declared)) == ""
+    assert advised(span_advice(plain, 85), settle_advice(plain)).count("; or ") == 1
+
+
+def test_model_digest_is_the_weights_identity_not_the_directory_name(tmp_path):
+    """``{model_digest}``: two checkpoints in directories of one name differ; one checkpoint anywhere is the same."""
+    a, b, moved = tmp_path / "a" / "tiny", tmp_path / "b" / "tiny", tmp_path / "c" / "copy"
+    for directory, weights in ((a, b"\x01" * 64), (b, b"\x02" * 64), (moved, b"\x01" * 64)):
+        directory.mkdir(parents=True)
+        (directory / "model.safetensors").write_bytes(weights)
+        (directory / "config.json").write_text("{}")
+    choice = ConnectorChoice.parse("X", '{"id": "{model}/{model_digest}"}')
+    ids = [choice.transfer_config({}, "/run/1", model=m)["kv_connector_extra_config"]["id"] for m in (a, b, moved)]
+    assert ids[0].split("/")[0] == ids[1].split("/")[0] == "tiny" and ids[0] != ids[1]
+    assert ids[0].split("/")[1] == ids[2].split("/")[1]
+    with pytest.raises(ValueError, match="holds no weight file"):
+        choice.transfer_config({}, "/run/1", model=tmp_path)

@@ -10,6 +10,7 @@ are two runs: nothing is shared between them but the connector's own storage.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -18,7 +19,7 @@ from conformance.levels.connector.bench import Bench
 from conformance.levels.connector.pair import Pair, track_blocks
 from conformance.levels.connector.runs import Filler, PhantomHit, Phase, Run
 from conformance.levels.subject import damage_files, unreachable_storage
-from conformance.verdict.clauses import count_load, record_pass
+from conformance.verdict.clauses import count_load, note_asked, record_pass
 from conformance.verdict.forked import beat, call_forked
 from conformance.verdict.guard import HarnessError, StoreTimeout
 
@@ -31,6 +32,7 @@ class ConnectorHarness(Bench):
     retrained: Callable[[], Path] | None = None  # another checkpoint of the model (None: the user's directory)
     _used: set[str] = field(default_factory=set)  # storages a run has used (a first run is cold)
     _hung: str | None = None  # the hang that ended the connector: every later test is an Error at once
+    _ended_at: float = 0.0  # when the last pass ended (its saves reported): ``settle`` counts from it
 
     def damage(self, storage: str, how: str = "flip_middle") -> str:
         """Corrupt what a store run left in ``storage`` (``flip_middle``: one byte flipped mid-file,
@@ -95,10 +97,14 @@ class ConnectorHarness(Bench):
         runs: list[Run] = []
         try:
             for number, phase in enumerate(phases, 1):
+                if runs or not cold:  # it asks for what was stored: once the saves are visible (settle=SECONDS)
+                    self.settle()
                 run = pair.begin(phase, number)
+                note_asked(max((len(request[1]) for request in phase.requests), default=0))
                 while pair.step():
                     pass
                 pair.end(keep=number < len(phases))
+                self._ended_at = time.monotonic()
                 if cold and not runs and any(run.external_tokens.values()):
                     raise PhantomHit(self.connector.label, run)
                 if runs or not cold:
@@ -112,6 +118,14 @@ class ConnectorHarness(Bench):
             raise
         pair.close(quiet=False)
         return runs
+
+    def settle(self) -> None:
+        """Wait out the visibility delay the connector declares (settle=SECONDS) since the last pass
+        ended: an eventually consistent store is asked only once what it saved can be seen."""
+        left = self._ended_at + self.connector.settle_s - time.monotonic()
+        if left > 0:
+            beat()
+            time.sleep(left)
 
     def pd(self, *, kv_cache_dtype: str, layout: str, block_size: int, requests: Sequence[tuple[str, list[int]]],
            fills: tuple[Filler, Filler], storage: str, consumer_dtype: str | None = None,

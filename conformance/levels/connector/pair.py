@@ -61,7 +61,7 @@ class Pair:
         self.kv_cache_dtype, self.layout = kv_cache_dtype, layout
         model = model or bench.model
         transfer = bench.connector.transfer_config(dict(bench.extra_config), str(bench.workdir / storage),
-                                                   model=model.name,
+                                                   model=model,
                                                    role=role)
         self.config = config = setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,

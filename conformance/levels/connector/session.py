@@ -82,7 +82,7 @@ def _with_required_layout(era: Era, connector: ConnectorChoice, model: Path, wor
     """``era``, narrowed to the layout the connector requires, if it requires one; a connector that
     cannot say (its configuration does not build here) is left to its clauses to judge."""
     try:
-        transfer = connector.transfer_config(dict(extra), str(workdir / "layout-probe"), model=model.name)
+        transfer = connector.transfer_config(dict(extra), str(workdir / "layout-probe"), model=model)
         config = era.make_config(model=str(model), transfer=transfer, kv_cache_dtype="auto",
                                  layout=era.layouts()[0], block_size=32)
         required = era.required_layout(config)
@@ -98,7 +98,7 @@ def probe_fallbacks(era: Era, connector: ConnectorChoice, model: Path, workdir: 
     runs fp8 as auto), before any clause draws from it: an example of it would judge nothing."""
     for dtype in axis_dtypes():
         try:
-            transfer = connector.transfer_config(dict(extra), str(workdir / "dtype-probe"), model=model.name)
+            transfer = connector.transfer_config(dict(extra), str(workdir / "dtype-probe"), model=model)
             config = era.make_config(model=str(model), transfer=transfer, kv_cache_dtype=dtype,
                                      layout=era.layouts()[0], block_size=32)
         except Exception:  # a config that does not build here is the clauses' to report

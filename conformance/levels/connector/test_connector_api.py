@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conformance.contract.strategies import MODEL_DTYPE_TWINS, active_kv_cache_dtypes
+from conformance.levels.advice import advised, settle_advice
 from conformance.levels.connector import checks
 from conformance.levels.connector.outcomes import connector_faults_fail as _connector_faults_fail
 from conformance.levels.connector.outcomes import where as _where
@@ -41,6 +42,7 @@ from conformance.levels.connector.scenarios import (
 )
 from conformance.levels.connector.session import LMCACHE_CHUNK_SIZE
 from conformance.levels.engine.models import NO_OTHER_MODEL
+from conformance.levels.subject import ConnectorChoice
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_examples, observe, running
 from conformance.verdict.profiles import costly_example_settings
@@ -184,13 +186,14 @@ def _loads_something(api) -> Run:
     if load.external_tokens.get("load", 0) <= 0:
         raise ClauseViolation(cid, f"the second connector pair loaded nothing for a {len(prompt)}-token prompt "
                                    f"the first pair had been given to save {_where(load, 'probe')}: "
-                                   + _why_nothing_loaded(store, load))
+                                   + _why_nothing_loaded(api.connector, store, load))
     return load
 
 
-def _why_nothing_loaded(store: Run, load: Run) -> str:
+def _why_nothing_loaded(connector: ConnectorChoice, store: Run, load: Run) -> str:
     """What the suite saw of a store followed by no load: saves still unreported when the storing
-    pair's steps ran out (an async save slower than the bound), or a lookup that claimed nothing."""
+    pair's steps ran out (an async save slower than the bound), or a lookup that claimed nothing
+    (and, where it declares no visibility delay, how to declare one)."""
     if store.held:
         return (f"the storing pair's saves were still unreported after {DRAIN_S:g}s of steps with nothing else to "
                 f"do ({store.held[0]}); vLLM keeps stepping an engine whose requests wait for finished_sending, "
@@ -198,7 +201,7 @@ def _why_nothing_loaded(store: Run, load: Run) -> str:
     asked = load.claims.get("load")
     return ("the storing pair's steps ended with every block given back, and the connector's lookup "
             f"(get_num_new_matched_tokens) {'claimed 0 tokens' if asked else 'was never answered with a count'} "
-            "for it: what it saved (if anything) is not found under that prompt")
+            "for it: what it saved (if anything) is not found under that prompt" + advised(settle_advice(connector)))
 
 
 # One prompt's KV per layer past 16 MiB: where value-size caps, message frames, chunking and 32-bit
@@ -289,7 +292,7 @@ def test_same_engine_roundtrip(connector_api):
     if load.external_tokens.get("load", 0) <= 0:
         raise ClauseViolation(cid, f"the connector pair given a {len(ps.stored)}-token prompt to save loaded nothing "
                                    f"for it once its blocks were freed {_where(load, 'probe')}: "
-                                   + _why_nothing_loaded(store, load))
+                                   + _why_nothing_loaded(connector_api.connector, store, load))
     _same_engine_examples(connector_api)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Collection
 
+from conformance.levels.advice import advised, settle_advice
 from conformance.levels.connector import checks
 from conformance.levels.connector.eras.base import Image
 from conformance.levels.connector.harness import ConnectorHarness
@@ -27,7 +28,7 @@ from conformance.levels.connector.scenarios import (
 )
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause
-from conformance.verdict.status import not_runnable
+from conformance.verdict.status import not_exercised, not_runnable
 
 BLOCK_SIZE = SCENARIO_BLOCK
 CHUNK = 2 * BLOCK_SIZE  # the token budget (max_num_batched_tokens) that prefills in chunks
@@ -81,6 +82,14 @@ def _tenants_apart(api: ConnectorHarness, cid: str, phases: list[Phase], owners:
             raise ClauseViolation(cid, f"{context}what was stored for {stored} ({length}-token prompts) was claimed "
                                        f"for {others} ({leaked} tokens): {harm}. {fix} "
                                   + where(later, "reload by other tenants"))
+    loaded = any(n for later in passes[1:] for n in later.external_tokens.values())
+    for number, later in enumerate(passes[1:], 2):  # a crossing proves isolation only beside an owner's load
+        if loaded and not any(later.external_tokens.get(rid) for rid in owners):  # (none at all: the plugin says so)
+            own = ", ".join(sorted(set(owners) & set(later.external_tokens)))
+            asked = ", ".join(sorted(rid for rid in later.external_tokens if rid not in owners))
+            not_exercised(f"{context}in pass {number}, the owners' own requests ({own}) loaded nothing, so the other "
+                          f"tenants asked beside them ({asked}) were asked while nothing stored could be served: "
+                          "their misses prove no isolation" + advised(settle_advice(api.connector)))
     return passes
 
 
@@ -318,7 +327,7 @@ def test_connector_stats(connector_api):
                                    "workers' get_kv_connector_stats and the scheduler side's returned nothing, so "
                                    "vLLM's logs and metrics show no transfer (the connector declares 'stats')")
     transfer = connector_api.connector.transfer_config(dict(connector_api.extra_config), str(connector_api.workdir),
-                                                    model=connector_api.model.name)
+                                                    model=connector_api.model)
     try:
         logged = connector_api.era.logged_stats(transfer, carried)
     except Exception as exc:

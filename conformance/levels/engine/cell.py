@@ -20,6 +20,7 @@ import json
 import math
 import os
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Collection
@@ -122,6 +123,7 @@ class EngineCell:
         self.lanes = lanes
         self._ahead_roles = list(dict.fromkeys(r for c, roles in SECOND_LANE.items() if c in clauses for r in roles))
         self._ahead: dict[str, Future[EngineRun]] = {}
+        self._ended_at: dict[str, float] = {}  # when each role's engine ended (``_settle`` counts from it)
         self._lane: ThreadPoolExecutor | None = None
 
     @property
@@ -153,9 +155,11 @@ class EngineCell:
             storage = self.worlds.storage_of(world_of(role))
             storage.mkdir(parents=True, exist_ok=True)
             spec["connector"] = self.connector.transfer_config(self.worlds.connector_extra(role), str(storage),
-                                                               role=facts.kv_role, model=model.name)
+                                                               role=facts.kv_role, model=model)
             if settings.recompute:
                 spec["connector"]["kv_load_failure_policy"] = "recompute"
+            if self.connector.settle_s:
+                spec["settle_s"] = self.connector.settle_s
         if settings.drain:
             spec["drain"] = True
         if settings.tight:
@@ -249,6 +253,7 @@ class EngineCell:
                 self.run(dep)
             except NotRunnable:
                 pass
+        self._settle(facts.needs)
         self.worlds.damage_for(role)
         spec = self.spec(role)
         hung = self._hung_run(role) if spec.get("connector") else None
@@ -257,7 +262,16 @@ class EngineCell:
             return hung
 
         self.runs[role] = self._launch(spec, role, shared=role in NO_CONNECTOR)
+        self._ended_at[role] = time.monotonic()
         return self.runs[role]
+
+    def _settle(self, needs: Collection[str]) -> None:
+        """Before an engine reads what ``needs`` stored: wait out the visibility delay the connector
+        declares (settle=SECONDS) since the last of them ended."""
+        ended = max((self._ended_at.get(role, 0.0) for role in needs), default=0.0)
+        left = ended + self.connector.settle_s - time.monotonic()
+        if needs and left > 0:
+            time.sleep(left)
 
     def _launch(self, spec: EngineSpec, name: str, shared: bool) -> EngineRun:
         """An engine of ``spec`` run as ``name``; a no-connector one (``shared``) taken from, or

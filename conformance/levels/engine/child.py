@@ -271,6 +271,7 @@ def serve(llm: Any, spec: EngineSpec, result: EngineResult, adapters: Mapping[st
     for batch in spec["batches"]:
         if batch.get("phase", 0) != phase:
             phase = batch["phase"]
+            time.sleep(spec.get("settle_s", 0))  # what the phase before saved: visible only that long after
             resets.append(_reset_prefix_cache(llm))
         t = time.perf_counter()
         if batch.get("abort_after_steps") is not None:

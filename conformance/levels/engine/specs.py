@@ -61,6 +61,7 @@ class EngineSpec(_Engine, total=False):
     max_tokens: int
     logprobs: int
     drain: bool
+    settle_s: float  # how long before each later phase its saves take to become visible (settle=SECONDS)
     prefill_chunk: int  # a split reference's chunk
     cached_prefix: int  # a prefix-cache reference's cached tokens
     kv_transfer_params: dict[str, Any]  # what every request carries (a P/D producer's)

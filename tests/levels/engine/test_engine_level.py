@@ -269,9 +269,13 @@ def test_mla_on_cpu_is_compared_within_a_tolerance_that_still_catches_a_bad_load
 def test_a_lossy_codec_is_judged_within_the_tolerance_it_declares(run_suite):
     # ExampleConnector quantizing 16-bit KV to 5 significant bits (conformance/zoo/good/).
     codec, scenarios = "conformance.zoo.good.lossy_codec:LossyCodecConnector", ("-k", "store_then_load")
-    declared = engine_suite(run_suite, codec, "auto", "--kv-connector-capabilities=persistent,lossy=0.1", *scenarios,
-                            persistent=False)
-    assert declared.statuses() == {"engine_store_then_load": "Pass"}, declared.output[-4000:]
+    declared = engine_suite(run_suite, codec, "auto", "--kv-connector-capabilities=persistent,lossy=0.1",
+                            "-k", "store_then_load or block_size", persistent=False)
+    assert declared.statuses() == {"engine_store_then_load": "Pass", "engine_block_size": "Fail"}, \
+        declared.output[-4000:]
+    # Keyed without the block size (ExampleConnector's key): the message names that, not the tolerance (#54).
+    (block_size,) = [t for t in declared.results["tests"] if t["clause"] == "engine_block_size"]
+    assert "The cause is the block size, not the codec" in block_size["message"], block_size
     undeclared = engine_suite(run_suite, codec, "auto", *scenarios)
     (test,) = undeclared.results["tests"]
     assert test["status"] == "Fail" and "differs from the no-connector baseline" in test["message"], test
@@ -364,3 +368,15 @@ def test_a_key_over_the_first_1024_tokens_is_flagged_by_the_shared_system_prompt
     run = engine_suite(run_suite, "conformance.zoo.connectors.prefix_capped:PrefixCappedConnector", "auto",
                        "-k", "shared_prefix or block_boundaries")
     assert run.statuses() == {"engine_shared_prefix": "Fail", "engine_block_boundaries": "Pass"}, run.output[-4000:]
+
+
+def test_an_eventually_consistent_connector_reloads_once_its_saves_settle(run_suite):
+    """What ``good/eventual`` saves is found a second after it was written: within one engine, its reload
+    after the prefix-cache reset finds it only where the engine waits out the declared settle=1 (#54)."""
+    eventual = "conformance.zoo.good.eventual:EventualConnector"
+    run = engine_suite(run_suite, eventual, "auto", "--kv-connector-capabilities=persistent,settle=1",
+                       "-k", "same_engine_reload", persistent=False)
+    assert run.statuses() == {"engine_same_engine_reload": "Pass"}, run.output[-4000:]
+    undeclared = engine_suite(run_suite, eventual, "auto", "-k", "same_engine_reload")
+    (test,) = undeclared.results["tests"]
+    assert test["status"] == "Fail" and "the engine loaded nothing" in test["message"], test
