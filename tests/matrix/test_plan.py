@@ -13,6 +13,8 @@ import pytest
 from conformance.matrix import definition as matrix
 from conformance.matrix import plan
 
+from tests.matrix.matrix_texts import SHARDED
+
 REPO = Path(__file__).resolve().parents[2]
 MATRIX = matrix.load(REPO / "matrix.yaml")
 
@@ -61,19 +63,6 @@ def test_the_cli_prints_the_plan_the_workflow_reads():
     assert [j["cells"] for j in jobs] == [list(j.cells) for j in plan.plan(MATRIX, "standard")]
     workflow = (REPO / ".github/workflows/matrix.yml").read_text()
     assert "python -m conformance.matrix.plan" in workflow and 'nox -r -s "stack(${{ matrix.job.stack }})"' in workflow
-
-
-SHARDED = """schema: kvconform.matrix/1
-tiers:
-  quick: {profile: ci, timeout_s: 300}
-stores:
-  memory: {target: memory, tiers: [quick]}
-  file: {target: file, tiers: [quick]}
-  lossy: {target: "conformance.zoo.quantizing:make_store", tiers: [quick]}
-exclusions:
-  - when: {store: lossy}
-    reason: the codec is under repair
-"""
 
 
 def _untimed(matrix: dict) -> dict:

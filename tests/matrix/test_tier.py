@@ -13,23 +13,11 @@ from conformance.matrix.definition import Cell, Tier
 from conformance.plugin.options import evidence_dir
 
 from tests.conftest import REPO
-from tests.matrix.matrix_texts import write
-
-THREE = """schema: kvconform.matrix/1
-tiers:
-  quick: {profile: ci, timeout_s: 300}
-stores:
-  memory: {target: memory, tiers: [quick]}
-  file: {target: file, tiers: [quick]}
-  lossy: {target: "conformance.zoo.quantizing:make_store", tiers: [quick]}
-exclusions:
-  - when: {store: lossy}
-    reason: the codec is under repair
-"""
+from tests.matrix.matrix_texts import SHARDED, write
 
 
 def test_a_selection_is_the_named_cells_and_records_the_excluded_ones_only_for_a_whole_tier(tmp_path):
-    path = write(tmp_path, THREE)
+    path = write(tmp_path, SHARDED)
     whole = tier.select(path, "quick")
     assert whole is not None and [c.name for c in whole.cells] == ["memory", "file"] and whole.record_excluded
     assert [(c.name, why) for c, why in whole.excluded] == [("lossy", "the codec is under repair")]
@@ -45,7 +33,7 @@ def test_a_shard_is_its_job_of_the_plan_and_the_first_records_the_excluded_cells
     from conformance.matrix import plan
 
     monkeypatch.setattr(plan, "MIN_CELLS_PER_JOB", 1)
-    path = write(tmp_path, THREE)
+    path = write(tmp_path, SHARDED)
     first, second = (tier.select(path, "quick", shard=f"{i}/2") for i in (1, 2))
     assert first is not None and second is not None
     assert [c.name for c in first.cells] == ["memory"] and first.record_excluded
@@ -62,7 +50,7 @@ def test_a_shard_is_its_job_of_the_plan_and_the_first_records_the_excluded_cells
 ])
 def test_a_run_that_cannot_start_is_one_tier_error(tmp_path, names, shard, says):
     with pytest.raises(tier.TierError, match=says):
-        tier.run_tier(write(tmp_path, THREE), "quick", results=tmp_path / "r", names=names, shard=shard)
+        tier.run_tier(write(tmp_path, SHARDED), "quick", results=tmp_path / "r", names=names, shard=shard)
     assert not (tmp_path / "r").exists()  # nothing was recorded
 
 
