@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Any, Callable, cast
 
@@ -23,6 +24,7 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path, timeout_
     from conformance.levels.engine.models import materialise
 
     scenarios.SPAN[0] = span_pad(connector.min_span, scenarios.SPAN_UNIT)
+    restore = declared_environment(connector)
 
     service = None
     if LMCacheService.wanted_by(connector):  # its imports beside vLLM's: awaited at config() below
@@ -36,11 +38,16 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path, timeout_
     except BaseException:
         if service is not None:
             service.stop()
+        restore()
         raise
-    extra, close, lose = {}, (lambda: None), None
+    extra, close, lose = {}, restore, None
     if service is not None:
         running = service
-        extra, close = running.config(), running.stop
+        extra = running.config()
+
+        def close() -> None:
+            running.stop()
+            restore()
 
         def lose() -> str:
             how = running.lose()
@@ -51,6 +58,26 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path, timeout_
     probe_fallbacks(era, connector, model_dir, workdir, extra)
     return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra,
                             lose_remote=lose, retrained=_other_checkpoint(model, other_model)), close
+
+
+def declared_environment(connector: ConnectorChoice) -> Callable[[], None]:
+    """Set the environment the connector declares its engines need (--kv-engine-env) in this process,
+    whose forked children build every connector pair, as the engine level starts its engines with it;
+    return what restores the environment as it was. One difference it cannot remove: a declared
+    PYTHONHASHSEED is set for the connector to read, but this interpreter's own hash seed was fixed
+    when it started (every pair here shares it, so its hashes agree with each other)."""
+    declared = dict(connector.engine_env)
+    before = {name: os.environ.get(name) for name in declared}
+    os.environ.update(declared)
+
+    def restore() -> None:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    return restore
 
 
 def _other_checkpoint(model: str, given: Path | None) -> Callable[[], Path] | None:

@@ -46,7 +46,7 @@ from conformance.levels.subject import ConnectorChoice
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_examples, observe, running
 from conformance.verdict.profiles import costly_example_settings
-from conformance.verdict.status import not_runnable
+from conformance.verdict.status import not_exercised, not_runnable
 
 
 def _costly(test):
@@ -466,19 +466,19 @@ def _load_together(api, batch: list[tuple[str, list[int]]], fills, *, block_size
 
 
 def _stored_then_damaged(api, cid: str, dtype: str, how: str, *, seeds: tuple[int, int, int]):
-    """A 257-token prompt stored (block size 32, the first layout), then what the store run left
-    damaged ``how`` (``ConnectorHarness.damage``): (the store run, what the suite did, the load run
-    of the prompt over the damaged storage, to call). Not runnable when the suite cannot reach the
-    storage; the load run's exceptions are the caller's to judge. ``seeds``: the prompts' and the
-    two fills'."""
+    """A 257-token prompt stored (block size 32, the first layout) and asked for again intact, then
+    what the store run left damaged ``how`` (``ConnectorHarness.damage``): (the store run, what the
+    suite did, the load run of the prompt over the damaged storage, to call, the tokens the intact
+    load loaded). Not runnable when the suite cannot reach the storage; the load run's exceptions
+    are the caller's to judge. ``seeds``: the prompts' and the two fills'."""
     block_size, layout = 32, api.era.layouts()[0]
     ps = unique_prompts(api.vocab_size, 8 * block_size + 1, seed=seeds[0])
     storage = f"damaged-{uuid.uuid4().hex[:12]}"
     with _connector_faults_fail(cid):
         store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
                         requests=[("stored", ps.stored)], fill=seeded_fill(seeds[1]), storage=storage)
-        _control_load(api, dtype=dtype, layout=layout, block_size=block_size, prompt=ps.stored, storage=storage,
-                      fill=seeded_fill(seeds[2]))
+        intact = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size, requests=[("control", ps.stored)],
+                         fill=seeded_fill(seeds[2]), storage=storage).external_tokens.get("control", 0)
     try:
         done = api.damage(storage, how)
     except NotImplementedError as exc:
@@ -489,7 +489,19 @@ def _stored_then_damaged(api, cid: str, dtype: str, how: str, *, seeds: tuple[in
                        requests=[("neighbour", ps.neighbour), ("load", ps.stored)], fill=seeded_fill(seeds[2]),
                        storage=storage)
 
-    return store, done, load_again
+    return store, done, load_again, intact
+
+
+def _damage_was_read(how: str, load: Run, intact: int) -> None:
+    """Not exercised where no load read what the suite damaged: the load after it took every token the
+    intact load took, byte for byte, and reported no failed block (a copy the suite never touched
+    served it), so what the connector does with damage was never tried. Read: a reported failed
+    load, or a miss where the intact load hit."""
+    n = load.external_tokens.get("load", 0)
+    if intact and n >= intact and not load.load_errors:
+        not_exercised(f"after the suite {how}, the connector loaded all {n} tokens an intact load takes, byte for "
+                      "byte as stored, and reported no failed block: no load read the damaged object (a copy the suite "
+                      "did not damage served them: a server's memory tier?), so what it does with damage was not tried")
 
 
 @clause("api_damaged_storage")
@@ -498,7 +510,7 @@ def test_damaged_storage(connector_api, dtype):
     cid = "api_damaged_storage"
     if dtype not in active_kv_cache_dtypes():
         pytest.skip(f"kv_cache_dtype {dtype} is not in --kv-cache-dtypes")
-    store, how, load_again = _stored_then_damaged(connector_api, cid, dtype, "flip_middle", seeds=(2, 3, 4))
+    store, how, load_again, intact = _stored_then_damaged(connector_api, cid, dtype, "flip_middle", seeds=(2, 3, 4))
     try:
         load = load_again()
     except ConnectorRaised as exc:
@@ -511,6 +523,7 @@ def test_damaged_storage(connector_api, dtype):
         raise ClauseViolation(cid, f"after the suite {how}, the connector loaded {n} tokens and reported "
                                    f"{len(load.load_errors)} failed block(s): it served damaged bytes as KV "
                                    f"{_where(load, 'load after damage')}: " + "; ".join(problems))
+    _damage_was_read(how, load, intact)
 
 
 @clause("api_format_isolation")
@@ -617,7 +630,7 @@ def test_model_isolation(connector_api):
 @clause("api_load_errors_reported")
 def test_load_errors_reported(connector_api):
     cid = "api_load_errors_reported"
-    stored, how, load_again = _stored_then_damaged(connector_api, cid, "auto", "truncate", seeds=(33, 33, 34))
+    stored, how, load_again, intact = _stored_then_damaged(connector_api, cid, "auto", "truncate", seeds=(33, 33, 34))
     context = f"after the suite {how}, "
     with _connector_faults_fail(cid, context + "instead of reporting the blocks it could not read "
                                                "(get_block_ids_with_load_errors), which in an engine kills the worker: "):
@@ -633,3 +646,4 @@ def test_load_errors_reported(connector_api):
         raise ClauseViolation(cid, f"{context}the connector claimed {n} tokens and reported {len(loaded.load_errors)} "
                                    "failed block(s), yet the blocks hold bytes it never read: a load error it "
                                    f"swallowed {_where(loaded, 'load of unreadable files')}: " + "; ".join(problems))
+    _damage_was_read(how, loaded, intact)

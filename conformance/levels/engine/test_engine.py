@@ -541,6 +541,7 @@ def test_engine_lost_storage(cell):
                       f"(engine_load_failure_recompute judges that): {engine.describe_failure().splitlines()[0]}")
     _identical(cell, engine, base, LOADED, "engine_lost_storage",
                f"after the suite {cell.loss}, engine D", skip_failed=True)
+    _loss_was_read(cell, engine)
 
 
 @clause("engine_load_failure_recompute")
@@ -563,6 +564,21 @@ def test_engine_load_failure_recompute(cell):
             f"{len(failed)} request(s) ({', '.join(failed[:5])}) instead of recomputing their KV"))
     _identical(cell, engine, base, LOADED, cid,
                f"after the suite {cell.loss}, the engine recomputing with kv_load_failure_policy=recompute")
+
+
+def _loss_was_read(cell, engine):
+    """Not exercised where no load read what the suite damaged: ``engine`` took every token engine B took
+    over the intact storage and vLLM failed none of its requests (a copy the suite never touched served
+    them), so what the connector does with lost storage was never tried. Read: a failed load, or a miss
+    where engine B hit."""
+    intact = cell.runs.get("load")
+    hits = external_hits(engine)
+    failed = any(r.get("finish_reason") == "error" for r in engine.result["requests"])
+    if intact is not None and intact.ok and external_hits(intact) and hits >= external_hits(intact) and not failed:
+        not_exercised(f"after the suite {cell.loss}, engine D loaded {hits:g} tokens, all engine B loaded over the "
+                      "intact storage, and vLLM failed none of its requests: no load read what the suite damaged (a "
+                      "copy it did not damage served them: a server's memory tier?), so what the connector does with "
+                      "lost storage was not tried")
 
 
 @clause("engine_pd_roundtrip")

@@ -63,3 +63,28 @@ def test_a_connector_keyed_by_a_configured_weights_digest_is_judged_with_the_mod
     gets another, so a connector keyed by it keeps them apart; keyed by the architecture, it does not."""
     run = _suite(run_suite, connector, "persistent", DIGEST, "-k", "model_isolation")
     assert run.statuses() == {"api_model_isolation": status}, run.output[-3000:]
+
+
+@pytest.mark.parametrize("connector, status", [(GOOD + "mirrored:MirroredConnector", "Not exercised"),
+                                               (ZOO + "mirror_gap:MirrorGapConnector", "Fail")])
+def test_damage_no_load_read_is_not_exercised_and_damage_read_is_judged(run_suite, connector, status):
+    """A replica the suite cannot reach serves every load after the damage: nothing damaged was read, so
+    no Pass; its twin reads one layer's damaged file, and serves the flipped byte."""
+    run = _suite(run_suite, connector, "persistent", "-k", "damaged_storage")
+    assert set(run.statuses().values()) == {status}, run.output[-3000:]
+    if status == "Not exercised":
+        judged = [t for t in run.results["tests"] if t["status"] == status]
+        assert judged and all("no load read the damaged object" in t["message"] for t in judged), judged
+
+
+@pytest.mark.parametrize("connector, status", [(GOOD + "env_configured:EnvConfiguredConnector", "Pass"),
+                                               (ZOO + "env_salt_blind:EnvSaltBlindConnector", "Fail")])
+def test_the_environment_a_connector_declares_reaches_the_connector_level(run_suite, connector, status):
+    """--kv-engine-env is the connector's environment at every level: declared, the connector that needs
+    it is judged (its salt-blind twin flagged); undeclared, it cannot start: Not runnable, never judged."""
+    declared = _suite(run_suite, connector, "persistent", "--kv-engine-env=KVCONFORM_ZOO_TENANT=acme",
+                      "-k", "cache_salt")
+    assert declared.statuses() == {"api_cache_salt": status}, declared.output[-3000:]
+    undeclared = _suite(run_suite, connector, "persistent", "-k", "cache_salt")
+    (test,) = undeclared.results["tests"]
+    assert test["status"] == "Not runnable" and "KVCONFORM_ZOO_TENANT" in test["message"], test
