@@ -14,6 +14,10 @@ from conformance.vocabulary import LEVELS, RECORDED_PACKAGES, Level
 
 
 def main(argv: list[str] | None = None) -> int:
+    """kvconform's commands: their arguments declared, then the chosen one run.
+
+    Over 80 lines: one argparse declaration per command and option, in the order ``--help`` shows them;
+    each command's work is its own function."""
     from conformance.verdict.profiles import PROFILES
 
     parser = argparse.ArgumentParser(prog="kvconform", description=__doc__)

@@ -34,6 +34,23 @@ def test_a_module_over_the_size_of_a_room_says_why_at_its_top() -> None:
                             f"{unexplained}"
 
 
+FUNCTION_LINES = 80  # a function past this says in its docstring why it is one (#56)
+
+
+def test_a_function_over_80_lines_says_why_in_its_docstring() -> None:
+    import ast
+
+    unexplained = []
+    for path in sorted((REPO / "conformance").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    (node.end_lineno or node.lineno) - node.lineno + 1 > FUNCTION_LINES and \
+                    f"Over {FUNCTION_LINES} lines:" not in (ast.get_docstring(node) or ""):
+                unexplained.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
+    assert not unexplained, f"functions over {FUNCTION_LINES} lines without a reason (\"Over {FUNCTION_LINES} " \
+                            f"lines: ...\"): {unexplained}"
+
+
 # The house's floors, lowest first (#52): a module imports its own room and lower floors, never a
 # higher one. The vocabulary (level and option names) is the ground floor every room may read.
 FLOORS: tuple[tuple[str, ...], ...] = (

@@ -46,6 +46,9 @@ PROFILES = tuple(PROFILE_SETTINGS)
 
 
 def add_options(parser: pytest.Parser) -> None:
+    """Every --kv-* option, declared to pytest.
+
+    Over 80 lines: one declaration per option, grouped as ``pytest --help`` shows them."""
     group = parser.getgroup("kvconform", "kvconform: KV-cache connector conformance")
     group.addoption(STORE, default=None, metavar="STORE",
                     help="store under test: 'module:factory' or a name registered in the "
