@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -123,6 +124,13 @@ class ConnectorChoice:
         """A MultiConnector's child configs (``connectors`` in its extra config); empty for others."""
         found = self.extra_config.get("connectors") if self.name == "MultiConnector" else None
         return [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+
+    def wait_settled(self, since: float) -> None:
+        """Sleep until the visibility delay it declares (settle=SECONDS) has passed since ``since`` (a
+        ``time.monotonic()`` reading): what it saved by then is what a lookup now may find."""
+        left = since + self.settle_s - time.monotonic()
+        if left > 0:
+            time.sleep(left)
 
     def transfer_config(self, extra: dict[str, Any], storage: str, role: str | None = None,
                         model: Path | None = None) -> dict[str, Any]:

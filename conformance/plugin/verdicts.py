@@ -99,7 +99,6 @@ def _not_runnable(report: pytest.TestReport, item: pytest.Item, call: pytest.Cal
 def _loaded_nothing(config: pytest.Config, longest_asked: int) -> str:
     """Why a clause that compares loaded KV compared nothing, with the advice what the run saw supports."""
     from conformance.levels.advice import advised, settle_advice, span_advice
-    from conformance.plugin.fixtures import connector_choice
 
     connector = connector_choice(config)
     return ("without comparing anything: the connector loaded no KV in any of its runs (it declined every lookup), "

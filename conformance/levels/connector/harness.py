@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from conformance.levels.connector.bench import Bench
-from conformance.levels.connector.pair import Pair, track_blocks
+from conformance.levels.connector.pair import Pair
 from conformance.levels.connector.runs import Filler, PhantomHit, Phase, Run
 from conformance.levels.subject import damage_files, unreachable_storage
 from conformance.verdict.clauses import count_load, note_asked, record_pass
@@ -122,10 +122,9 @@ class ConnectorHarness(Bench):
     def settle(self) -> None:
         """Wait out the visibility delay the connector declares (settle=SECONDS) since the last pass
         ended: an eventually consistent store is asked only once what it saved can be seen."""
-        left = self._ended_at + self.connector.settle_s - time.monotonic()
-        if left > 0:
+        if self.connector.settle_s:
             beat()
-            time.sleep(left)
+        self.connector.wait_settled(self._ended_at)
 
     def pd(self, *, kv_cache_dtype: str, layout: str, block_size: int, requests: Sequence[tuple[str, list[int]]],
            fills: tuple[Filler, Filler], storage: str, consumer_dtype: str | None = None,
@@ -174,10 +173,6 @@ class ConnectorHarness(Bench):
         if not producer_gone:
             producer.close(quiet=False)
         return made, loaded
-
-    def _track_blocks(self, out: Any, run: Run) -> None:
-        """``pair.track_blocks`` over this harness's era (the name tests/levels/connector/test_outcomes.py calls)."""
-        track_blocks(self.era, out, run)
 
 
 # Where a model's config.json keeps its vocabulary: at the top (a text model), or in the config of the

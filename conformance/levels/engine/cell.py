@@ -268,10 +268,8 @@ class EngineCell:
     def _settle(self, needs: Collection[str]) -> None:
         """Before an engine reads what ``needs`` stored: wait out the visibility delay the connector
         declares (settle=SECONDS) since the last of them ended."""
-        ended = max((self._ended_at.get(role, 0.0) for role in needs), default=0.0)
-        left = ended + self.connector.settle_s - time.monotonic()
-        if needs and left > 0:
-            time.sleep(left)
+        if needs:
+            self.connector.wait_settled(max(self._ended_at.get(role, 0.0) for role in needs))
 
     def _launch(self, spec: EngineSpec, name: str, shared: bool) -> EngineRun:
         """An engine of ``spec`` run as ``name``; a no-connector one (``shared``) taken from, or

@@ -66,11 +66,14 @@ def timings(runs: Mapping[str, EngineRun], worlds: Worlds, lanes: int) -> dict[s
     """Per role, its engine's wall and vLLM start times (and the baseline it reused); what the cell
     cost in engine processes and vLLM imports (its hosts' one each, plus each engine's own)."""
     started = [r for r in runs.values() if "reused_from" not in r.result and r.wall_s]
+    described = worlds.describe()
+    hosts = [described[side] for side in ("engine_host", "second_engine_host") if described[side]]
     return {role: {"wall_s": r.wall_s, "engine_start_s": r.result.get("t_engine_start_s"),
                    "batches_s": r.result.get("t_batches_s"),
                    # which interpreter it ran in: its PID, hash seed, hash() probe and vLLM's NONE_HASH
                    **({"process": r.result["process"]} if "process" in r.result else {}),
                    **({"reused_from": r.result["reused_from"]} if "reused_from" in r.result else {})}
-            for role, r in runs.items()} | worlds.describe() | {
+            for role, r in runs.items()} | described | {
         "engine_starts": len(started), "lanes": lanes,
-        "vllm_imports": sum(r.result.get("imported_vllm") is True for r in started) + worlds.imports()}
+        "vllm_imports": sum(r.result.get("imported_vllm") is True for r in started)
+        + sum(host.get("ready_s") is not None for host in hosts)}

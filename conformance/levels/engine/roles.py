@@ -10,7 +10,7 @@ besides its roles (vLLM's own references, a role's engine without the connector)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from conformance.levels.engine import separate
@@ -132,7 +132,7 @@ def _pair(world: str, store: str, load: str, batches: tuple[str, ...], *, asked:
     separately started process, asks for them again (or for ``asked``) and reads its storage (its
     references from ``store``'s batches unless ``references`` is False)."""
     return (Role(store, world=world, cold=cold, own_settings=own_settings, phases=(batches,), lane=lane,
-                 settings=Settings(**{**vars(settings), "drain": True})),
+                 settings=replace(settings, drain=True)),
             Role(load, world=world, second=True, needs=(store,), stored_by=store if references else None,
                  phases=(asked or batches,), settings=load_settings, lane=lane))
 

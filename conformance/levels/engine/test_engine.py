@@ -229,9 +229,9 @@ def test_engine_block_size(cell):
 def _block_size_not_codec(cell, stored) -> str:
     """Under a lossy connector's tolerance, a block-size failure is not its codec's loss where the same
     connector's loads at the storing block size are within it: say so, or nothing."""
-    tolerance, same = cell.connector_tolerance, cell.run("load")
+    tolerance, same, base = cell.connector_tolerance, cell.run("load"), cell.baseline()
     if tolerance is None or not same.ok or not external_hits(same) or any(
-            compare_runs(same, cell.baseline(), b, cell.tolerance(cell.baseline(), b)) for b in LOADED):
+            compare_runs(same, base, b, cell.tolerance(base, b)) for b in LOADED):
         return ""
     return (f". The cause is the block size, not the codec: at block size {stored} the same connector's loads "
             f"(engine_store_then_load's engine B, {external_hits(same):g} external hit tokens) are within "

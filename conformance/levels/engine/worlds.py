@@ -136,10 +136,6 @@ class Worlds:
                 # the hash seed each interpreter was started with (a drawn one, or the connector's own)
                 "hash_seeds": {side: separate.seed_of(env) for side, env in self.interpreters.items()}}
 
-    def imports(self) -> int:
-        """vLLM imports paid by the hosts (one each that came up)."""
-        return sum(host.describe().get("ready_s") is not None for host in self.hosts.values() if host.launched)
-
     def close(self) -> None:
         for host in self.hosts.values():
             host.close()

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from conformance.levels.connector import scenarios
-from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.connector.outcomes import connector_faults_fail
+from conformance.levels.connector.pair import track_blocks
 from conformance.levels.connector.runs import ConnectorRaised, Run
 from conformance.levels.connector.test_lifecycle import _prefilled_in_chunks
 from conformance.verdict.asserts import ClauseViolation
@@ -48,7 +48,7 @@ def test_a_chunked_prefill_scenario_vllm_prefilled_whole_is_not_runnable():
                           scheduled_cached_reqs=SimpleNamespace(req_ids=[]))
     out.scheduled_new_reqs[2].prompt_token_ids = None  # a prompt of embeddings: not judged by token count
     run = Run("auto", "LBHNC", 16, False, {}, torch.empty(0))
-    ConnectorHarness._track_blocks(SimpleNamespace(era=SimpleNamespace(resumed=lambda out: set())), out, run)
+    track_blocks(SimpleNamespace(resumed=lambda out: set()), out, run)
     assert run.whole == {"whole"}
     for judged in ("chunked", "embeds", "never scheduled"):
         _prefilled_in_chunks(run, judged, 85)
