@@ -29,8 +29,8 @@ from conformance import __version__
 from conformance.levels.engine import handover
 from conformance.levels.engine.handover import AheadHost
 from conformance.matrix.definition import Cell
-from conformance.matrix.hosts import WarmHosts
-from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements
+from conformance.matrix.hosts import WarmHosts, takes_host
+from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements, satisfied_here
 from conformance.util import procs
 from conformance.util.identity import suite_digest
 from conformance.verdict import results, secrets
@@ -104,12 +104,16 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
     cmd = suite_command(args, cell.tier.profile, raw, junit, python=python)
     secrets.register_args(cmd)  # what the child echoes of its config is masked here too
     if failed is None:
-        run_env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stack else {}),
-                   **(env or {})}
+        run_env = cell_env(python, stack is not None, env)
         secrets.register_environment(run_env)
-        handed = hosts.take(cell, python, run_env, out.with_suffix(".host.log")) if hosts else []
-        output, problem = _run_pytest(cmd, raw, log, cell.tier.timeout_s, run_env, handed)
-        for written in (log, junit, *(h.log_path for h in handed)):  # what a connector or store printed
+        handed = hosts.take(cell, python, run_env) if hosts else []
+        host_logs: list[Path] = []
+        try:
+            output, problem = _run_pytest(cmd, raw, log, cell.tier.timeout_s, run_env, handed)
+        finally:
+            if hosts:
+                host_logs = hosts.give_back(handed, out.with_suffix(".host.log"))
+        for written in (log, junit, *host_logs):  # what a connector or store printed
             if written.exists():
                 written.write_text(results.redact_text(written.read_text(errors="replace")))
         output = results.redact_text(output)
@@ -125,6 +129,13 @@ def run_cell(cell: Cell, results_dir: Path, stacks: Provisioner | None = None,
     apply_expectations(doc, cell)
     results.write(out, doc)
     return doc
+
+
+def cell_env(python: str, stacked: bool, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a cell's pytest runs with in ``python`` (a ``stacked`` cell's names it for its engines),
+    ``env`` added; the engine hosts lent to it were started with it too."""
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **({"KVCONFORM_ENGINE_PYTHON": python} if stacked else {}),
+            **(env or {})}
 
 
 def _cell_record(cell: Cell, stack: dict[str, Any] | None, command: str | None, wall_s: float,
@@ -181,19 +192,13 @@ def default_provisioner(root: Path = DEFAULT_STACKS_DIR, provision: bool = True,
 def _run_pytest(cmd: list[str], out: Path, log: Path, timeout_s: float, env: dict[str, str],
                 handed: Sequence[AheadHost] = ()) -> tuple[str, str | None]:
     """(output, problem): problem is None when pytest wrote its results (``out``) in time. Its output goes to
-    ``log``; at the deadline its whole process group is killed (what it started in it too), and the
-    engine hosts ``handed`` to it end after it."""
+    ``log``; at the deadline its whole process group is killed (what it started in it too). The engine
+    hosts ``handed`` to it are lent: the caller takes them back."""
     handover_env, fds = handover.spawn_with(handed)
-    try:
-        proc = procs.spawn(cmd, log, env={**env, **handover_env}, pass_fds=fds)
-        for host in handed:
-            host.let_go()
-        in_time = procs.finished_within(proc, timeout_s)
-        procs.kill_group(proc)
-        proc.wait()
-    finally:
-        for host in handed:
-            host.finish()
+    proc = procs.spawn(cmd, log, env={**env, **handover_env}, pass_fds=fds)
+    in_time = procs.finished_within(proc, timeout_s)
+    procs.kill_group(proc)
+    proc.wait()
     output = log.read_text(errors="replace")
     if not in_time:
         return output, f"cell exceeded its {timeout_s:g}s deadline and was killed"
@@ -323,8 +328,13 @@ def _run_cells(cells: list[Cell], results_dir: Path, rerun: bool, stacks: Provis
     started, stacks = time.monotonic(), stacks or default_provisioner()
     done = {c.id for c in cells if not rerun and is_done(result_path(results_dir, c))}
     platforms = machine_platforms()
-    hosts = WarmHosts([c for c in cells if c.id not in done and platforms.get(c.tier.platform) is None],
-                      Path(results_dir) / ".hosts", jobs)  # the cells that will start engines here
+    running = [c for c in cells if c.id not in done and platforms.get(c.tier.platform) is None]
+    # The stacks that run in this Python: their hosts start now, their imports beside the first cells.
+    here = {c.stack.name for c in running
+            if takes_host(c) and c.stack is not None and satisfied_here(requirements(c.stack, stacks.platform))}
+    hosts = WarmHosts(running, Path(results_dir) / ".hosts", jobs,
+                      {"": (sys.executable, cell_env(sys.executable, False)),
+                       **{name: (sys.executable, cell_env(sys.executable, True)) for name in here}})
 
     def one(i: int, cell: Cell) -> ResultsDocument:
         path = result_path(results_dir, cell)

@@ -131,11 +131,17 @@ def say(channel: int, message: Mapping[str, Any]) -> None:
     os.write(channel, (json.dumps(message) + "\n").encode())
 
 
-def serve(channel: int, start: Callable[[dict[str, Any]], int]) -> NoReturn:
+def serve(channel: int, start: Callable[[dict[str, Any]], int],
+          ready: Mapping[str, Any] | None = None) -> NoReturn:
     """The fork server's loop, once it said it is ready: each request read on stdin is given to
     ``start`` (which forks, with ``fork_child``, and returns the pid), each child reaped and reported.
-    Ends, with every child it forked killed, when its stdin ends or it gets SIGTERM."""
+    Ends, with every child it forked killed, when its stdin ends or it gets SIGTERM.
+
+    A server that says it is ``ready`` can be lent to one client after another (``Lender``): a
+    ``{"release": id}`` request kills and reaps every child it forked, says ``{"released": id}`` and
+    then its ready line again (with ``"lent"``, how many clients it served before) for the next one."""
     children: set[int] = set()
+    lent = 0
 
     def end(*_: Any) -> NoReturn:
         for pid in children:
@@ -154,10 +160,29 @@ def serve(channel: int, start: Callable[[dict[str, Any]], int]) -> NoReturn:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 request = json.loads(line)
+                if "release" in request and ready is not None:
+                    _release(channel, children)
+                    lent += 1
+                    say(channel, {"released": request["release"]})
+                    say(channel, {"ready": True, **ready, "lent": lent})
+                    continue
                 pid = start(request)
                 children.add(pid)
                 say(channel, {"started": pid, "id": request["id"]})
         _reap(channel, children)
+
+
+def _release(channel: int, children: set[int]) -> None:
+    """Every child killed with its group and reaped (each end reported), before the next client."""
+    for pid in children:
+        procs.kill_pgid(pid)
+    for pid in list(children):
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            continue
+        say(channel, {"ended": pid, "status": status})
+    children.clear()
 
 
 def _reap(channel: int, children: set[int]) -> None:
@@ -226,6 +251,16 @@ class ForkServer:
             except (OSError, ValueError):  # it ended (or was closed): its reply says how
                 pass
             return Child(self, request_id)
+
+    def detach(self) -> None:
+        """Let go of a server lent to this process (``handover``): the children it forked for this
+        process killed, this process's end of its stdin closed. It lives on for its lender."""
+        if self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        self._lost()
 
     def gone(self) -> bool:
         return self._ended or self.proc.poll() is not None

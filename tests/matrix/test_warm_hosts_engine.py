@@ -1,5 +1,6 @@
-"""A matrix run's engine cells on the host it kept warm for them, with the real vLLM: each cell's
-engines are forked from a host the runner started and handed over, and no host outlives the run.
+"""A matrix run's engine cells on the hosts it kept warm for them, with the real vLLM: each cell's
+engines are forked from hosts the runner started and lent it, the second cell borrows the first's
+(no vLLM imported again), and no host outlives the run.
 (tests/levels/engine/test_host.py hands hosts over with a stand-in vLLM; this is the whole path.)"""
 
 from __future__ import annotations
@@ -26,17 +27,21 @@ connectors:
 """
 
 
-def test_each_engine_cell_runs_on_a_host_handed_to_it_and_none_outlives_the_run(tmp_path):
+def test_engine_cells_run_on_hosts_lent_in_turn_and_none_outlives_the_run(tmp_path):
     path = tmp_path / "matrix.yaml"
     path.write_text(MATRIX)
     cells = matrix.load(path).cells("quick")
     assert [c.level for c in cells] == ["engine", "engine"]
     docs = runner.run_cells(cells, tmp_path / "results", say=lambda line: None)
-    for doc in docs:
+    seeds = {doc["connector"]["engine_timings"]["engine_host"]["hash_seed"] for doc in docs}
+    assert len(seeds) == 1  # the same host served both cells
+    for n, doc in enumerate(docs):
         timings = doc["connector"]["engine_timings"]
         assert timings["engine_host"].get("handed") is True, timings["engine_host"]
-        # two hosts handed over: the first engines' and the load engines' (an interpreter of another hash seed)
-        assert "failed" not in timings["engine_host"] and timings["vllm_imports"] == 2
+        # two hosts lent: the first engines' and the load engines' (an interpreter of another hash seed),
+        # whose imports the first cell paid
+        assert "failed" not in timings["engine_host"] and timings["vllm_imports"] == (2 if n == 0 else 0)
+        assert timings["engine_host"].get("lent", 0) == n
         assert timings["second_engine_host"].get("handed") is True and "failed" not in timings["second_engine_host"]
         assert timings["second_engine_host"]["hash_seed"] != timings["engine_host"]["hash_seed"]
         assert Status.ERROR.value not in doc["summary"], json.dumps(doc["summary"])

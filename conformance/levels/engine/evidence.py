@@ -64,7 +64,8 @@ def versions(runs: Mapping[str, EngineRun]) -> dict[str, str]:
 
 def timings(runs: Mapping[str, EngineRun], worlds: Worlds, lanes: int) -> dict[str, Any]:
     """Per role, its engine's wall and vLLM start times (and the baseline it reused); what the cell
-    cost in engine processes and vLLM imports (its hosts' one each, plus each engine's own)."""
+    cost in engine processes and vLLM imports (its hosts' one each, unless a cell before it paid for
+    the host it was lent, plus each engine's own)."""
     started = [r for r in runs.values() if "reused_from" not in r.result and r.wall_s]
     described = worlds.describe()
     hosts = [described[side] for side in ("engine_host", "second_engine_host") if described[side]]
@@ -76,4 +77,4 @@ def timings(runs: Mapping[str, EngineRun], worlds: Worlds, lanes: int) -> dict[s
             for role, r in runs.items()} | described | {
         "engine_starts": len(started), "lanes": lanes,
         "vllm_imports": sum(r.result.get("imported_vllm") is True for r in started)
-        + sum(host.get("ready_s") is not None for host in hosts)}
+        + sum(host.get("ready_s") is not None and not host.get("lent") for host in hosts)}

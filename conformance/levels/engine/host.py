@@ -165,9 +165,10 @@ def main() -> None:
         forking.say(channel, {"ready": False, "why": why})
         os._exit(0)
     _freeze_heap()
-    forking.say(channel, {"ready": True, "import_s": round(time.perf_counter() - started, 2),
-                          "preloaded": len(preloaded), "compiled_ahead": compiled, "hash_seed": separate.started_with()})
-    forking.serve(channel, lambda request: _start(request, channel))
+    ready = {"import_s": round(time.perf_counter() - started, 2), "preloaded": len(preloaded),
+             "compiled_ahead": compiled, "hash_seed": separate.started_with()}
+    forking.say(channel, {"ready": True, **ready})
+    forking.serve(channel, lambda request: _start(request, channel), ready)
 
 
 if __name__ == "__main__":

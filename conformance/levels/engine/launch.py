@@ -187,7 +187,11 @@ class EngineHost:
                 **({"failed": self.failed} if self.failed else {})}
 
     def close(self) -> None:
-        if self._server is not None:
+        if self._server is None:
+            return
+        if self.handed:  # lent by a runner, which takes it back: its engines for this cell end here
+            self._server.detach()
+        else:
             self._server.close(grace_s=10)  # its stdin closed: the host ends with its children
 
     # -- the host process -------------------------------------------------------------------------

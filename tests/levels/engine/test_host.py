@@ -179,21 +179,54 @@ def _cell(tmp_path, handed):
     env, fds = handover.spawn_with([handed] if handed is not None else [])
     proc = subprocess.Popen([sys.executable, "-c", CELL, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, **env}, pass_fds=fds)
-    if handed is not None:
-        handed.let_go()
     out, _ = proc.communicate(timeout=120)
     return json.loads(out.splitlines()[-1])
 
 
-def test_a_host_started_ahead_is_adopted_by_the_cell_it_is_handed_to(fake_vllm, tmp_path):
+def test_a_host_started_ahead_is_lent_to_one_cell_after_another(fake_vllm, tmp_path):
     ahead = handover.AheadHost(sys.executable, tmp_path / "ahead.log", os.environ)
-    said = _cell(tmp_path, ahead)
-    ahead.finish()  # the cell closed the host's stdin: it ended with its children, and is reaped here
-    assert said["host"].get("handed") is True and "failed" not in said["host"], said
-    assert said["host"]["hash_seed"] == ahead.hash_seed  # started with a seed of its own, and says so
-    assert "engines started in this process: 1," in said["error"]
+    said = [_cell(tmp_path, ahead)]
+    assert ahead.reclaim()
+    said.append(_cell(tmp_path, ahead))  # the same host, its imports not paid again
+    assert ahead.reclaim()
+    ahead.stop()
+    for n, cell in enumerate(said):
+        assert cell["host"].get("handed") is True and "failed" not in cell["host"], cell
+        assert cell["host"]["hash_seed"] == ahead.hash_seed  # started with a seed of its own, and says so
+        assert cell["host"].get("lent", 0) == n  # the second cell knows a cell before it paid the imports
+        assert "engines started in this process: 1," in cell["error"]  # forked fresh for each cell
     assert not (tmp_path / "own-host.log").exists()  # no host of its own was started
-    assert ahead.proc.returncode == 0
+    assert ahead.lent == 2
+
+
+def test_a_host_taken_back_from_a_cell_killed_mid_engine_ends_its_engines_first(fake_vllm, tmp_path):
+    """A cell killed at its deadline leaves its engine running in the host: taking the host back
+    kills it (and reads its end) before the next cell can borrow the host."""
+    ahead = handover.AheadHost(sys.executable, tmp_path / "ahead.log", os.environ)
+    env, fds = handover.spawn_with([ahead])
+    proc = subprocess.Popen([sys.executable, "-c", HANGING_CELL, str(tmp_path)], env={**os.environ, **env},
+                            pass_fds=fds, stdout=subprocess.PIPE, text=True)
+    engine = int(proc.stdout.readline())  # the engine it asked for, running
+    proc.kill()
+    proc.wait()
+    assert ahead.reclaim()
+    assert not os.path.exists(f"/proc/{engine}")  # killed and reaped by its host
+    assert _cell(tmp_path, ahead)["host"].get("lent") == 1  # and it serves the next cell
+    ahead.stop()
+
+
+# A cell that asks its lent host for an engine that hangs, says the engine's pid and waits to be killed.
+HANGING_CELL = """
+import sys, time
+from pathlib import Path
+from conformance.levels.engine.launch import EngineHost
+tmp = Path(sys.argv[1])
+host = EngineHost(sys.executable, tmp / "own-host.log", ready_timeout_s=60)
+(tmp / "hang.json").write_text('{"model": "hang", "kv_cache_dtype": "auto", "block_size": 32, "batches": []}')
+child = host.start(tmp / "hang.json", tmp / "hang-result.json", tmp / "hang.log", {})
+print(child.pid, flush=True)
+time.sleep(600)
+"""
 
 
 def test_a_cell_handed_no_host_starts_its_own_and_a_stale_hand_over_is_ignored(fake_vllm, tmp_path, monkeypatch):
@@ -212,16 +245,13 @@ def test_a_host_handed_for_another_python_or_declined_is_not_adopted_and_ends(fa
                                                                               python, accept):
     """Declined: a connector that declares its engines' environment, which the host was not started with."""
     ahead = handover.AheadHost(sys.executable, tmp_path / "ahead.log", os.environ)
-    # Imported (its ready line), so that what is timed below is its end, not its imports under load
-    # (it once took more than ENDED_S beside engine tests on two workers and was killed).
-    assert json.loads(ahead.proc.stdout.readline())["ready"] is True
     env, _ = ahead.handed()
     handed = json.loads(env[handover.HANDED_ENV])  # as the cell has it: ends of the pipes of its own
     handed.update(read_fd=os.dup(handed["read_fd"]), write_fd=os.dup(handed["write_fd"]))
     monkeypatch.setenv(handover.HANDED_ENV, json.dumps(handed))
     assert handover.adopt(python, accept=accept) is None
-    ahead.finish()
-    assert ahead.proc.returncode != -9  # it left by itself (its pipes closed), not killed at the grace's end
+    assert ahead.reclaim()  # the cell closed its ends only: the host is its runner's to lend again
+    ahead.stop()
 
 
 def test_an_engine_that_raised_a_bare_assertion_says_where():

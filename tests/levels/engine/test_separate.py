@@ -128,11 +128,10 @@ def test_a_cell_handed_two_hosts_runs_each_side_on_its_own(fake_vllm, tmp_path):
     env, fds = handover.spawn_with(ahead)
     proc = subprocess.Popen([sys.executable, "-c", TWO_HOSTS, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, **env}, pass_fds=fds)
-    for host in ahead:
-        host.let_go()
     out, _ = proc.communicate(timeout=120)
     for host in ahead:
-        host.finish()
+        assert host.reclaim()
+        host.stop()
     said = __import__("json").loads(out.splitlines()[-1])
     for side, host in zip(separate.SIDES, ahead):
         assert said[side]["host"].get("handed") is True and said[side]["host"]["hash_seed"] == host.hash_seed, said
