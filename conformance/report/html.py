@@ -20,6 +20,7 @@ from conformance import __version__
 from conformance.report.answers import MARK_MEANINGS, MARKS
 from conformance.report.document import MatrixReport
 from conformance.verdict.clauses import CLAUSES
+from conformance.verdict.cost import cost_line
 from conformance.vocabulary import LEVELS, Level
 
 COLOURS = {
@@ -50,7 +51,7 @@ table.headline{margin:.3em 0;font-size:13px}table.headline caption{text-align:le
 .legend{font-size:12px}.legend .m{min-width:1.8em}
 .notes{font-size:13px;margin:.3em 0 .6em 1.2em;padding:0}.notes li{margin:.1em 0}
 .summary{margin:.2em 0 .4em 1.2em;padding:0}
-td.st{color:#fff;font-size:12px;white-space:nowrap}tr.cell{cursor:pointer}tr.cell:hover{outline:2px solid #0969da}
+td.st{color:#fff;font-size:12px;white-space:nowrap}td.secs{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}tr.cell{cursor:pointer}tr.cell:hover{outline:2px solid #0969da}
 th.clause{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;font-family:monospace}
 dialog{max-width:min(1100px,92vw);max-height:85vh;overflow:auto;border:1px solid #d0d7de;border-radius:6px}
 dialog pre{white-space:pre-wrap;font-size:12px;margin:0}.hidden{display:none}
@@ -245,10 +246,14 @@ function cellDetail(cell) {
     d.appendChild(p);
   }
   (cell.supplied || []).forEach(s => d.appendChild(el("p", {class: "supplied"}, "supplied by the suite in its user's place: " + s)));
+  if (cell.cost_line) d.appendChild(el("p", {class: "cost"}, "cost: " + cell.cost_line));
+  const seconds = cell.clause_s || {}, charged = cell.clause_roles_s || {};
   const t = el("table"), h = el("tr");
-  ["clause", "status", "message"].forEach(x => h.appendChild(el("th", {}, x))); t.appendChild(h);
+  ["clause", "status", "s", "message"].forEach(x => h.appendChild(el("th", {}, x))); t.appendChild(h);
   data.clauses.filter(c => c in cell.statuses).forEach(c => {
     const r = el("tr", {"data-clause": c}); r.appendChild(el("td", {}, c)); r.appendChild(statusCell(cell.statuses[c]));
+    const on = Object.entries(charged[c] || {}).sort((a, b) => b[1] - a[1]).map(([role, s]) => role + " " + s).join(", ");
+    r.appendChild(el("td", {class: "secs", title: on ? "on engines " + on : ""}, c in seconds ? String(seconds[c]) : ""));
     const ref = (cell.messages || {})[c], m = el("td");
     if (ref != null) m.appendChild(el("pre", {}, texts[ref]));
     if ((cell.loads || {})[c]) m.appendChild(el("p", {class: "loads"}, "evidence: " + cell.loads[c]));
@@ -309,6 +314,8 @@ def page_data(matrix: MatrixReport) -> dict[str, Any]:
     cells = [{**{k: row[k] for k in keep if k in row},
               "messages": {clause: ref(m) for clause, m in (c.get("messages") or {}).items() if m},
               "packages": _index(package_sets, c.get("packages") or {}),
+              **({"cost_line": cost_line(cost), "clause_s": cost.get("clauses_s") or {},
+                  "clause_roles_s": cost.get("clause_roles_s") or {}} if (cost := c.get("cost")) else {}),
               **({"stack": stack} if (stack := c.get("stack")) else {})}
              for c in matrix["cells"] for row in [cast(Mapping[str, Any], c)]]
     levels = [{"title": title, "clauses": [c for c in CLAUSES if CLAUSES[c].level == level]}

@@ -16,6 +16,7 @@ from conformance.report.html import LEVEL_TITLES, render_html
 from conformance.util.versions import version_key
 from conformance.verdict import results
 from conformance.verdict.clauses import CLAUSES, GROUPS, PassRecord
+from conformance.verdict.cost import cell_cost
 from conformance.verdict.results import CellInfo, ResultsDocument, TestEntry, platform_of
 from conformance.verdict.status import Status, is_red, worst
 from conformance.vocabulary import Level
@@ -79,6 +80,7 @@ def matrix_document(docs: list[ResultsDocument]) -> MatrixReport:
             "packages": packages,
             "platform": platform_of(doc["environment"]),  # the machine it ran on: CPU, its features, GPU
             "suite": {"version": doc["suite_version"], "digest": doc["suite_digest"]},
+            "cost": cell_cost(doc),  # seconds per clause, per engine role, engines started, vLLM imports
             "problems": [{"clause": t["clause"], "status": t["status"], "message": portable(t["message"] or "")}
                          for t in doc["tests"] if is_red(t["status"])],
             "messages": {clause: portable(t.get("message") or t.get("expected") or "")

@@ -94,6 +94,26 @@ def test_markdown_and_json(two_runs, tmp_path):
     assert json.loads((tmp_path / "out" / "matrix.json").read_text())["cells"][0]["statuses"]
 
 
+def test_each_cell_carries_its_cost_and_the_page_its_line_and_seconds_per_clause(tmp_path):
+    """The cost model (``verdict.cost``), derived from the results the report reads: matrix.json's cells
+    carry it, and the page's cell detail has its line and each clause's seconds."""
+    from conformance.report.html import page_data
+
+    out = tmp_path / "results"
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass")
+    (path,) = out.glob("*.json")
+    doc = json.loads(path.read_text())
+    doc["connector"]["engine_timings"].update({"store": {"wall_s": 2.0}, "engine_starts": 1, "vllm_imports": 1})
+    results.write(path, doc)
+    matrix = report.render(out, tmp_path / "out")
+    cost = json.loads((tmp_path / "out" / "matrix.json").read_text())["cells"][0]["cost"]
+    assert cost["wall_s"] == 1.0 and cost["engines_started"] == 1 and cost["roles_s"] == {"store": 2.0}
+    assert cost["clauses_s"]["engine_store_then_load"] == 0.1
+    (cell,) = page_data(matrix)["cells"]
+    assert cell["cost_line"].startswith("1.0 s wall, 1 engine started, 1 vLLM import; slowest clauses: "), cell
+    assert cell["clause_s"]["engine_store_then_load"] == 0.1
+
+
 def test_no_path_of_the_machine_that_ran_a_cell_reaches_its_report():
     """A stack's traceback names vLLM's own file; where that machine keeps its venvs, its checkout
     or its temporary directories is nobody's business."""

@@ -26,6 +26,11 @@ def test_index_html_in_headless_chromium(two_runs, tmp_path, chromium):
     detail = chromium.js("document.getElementById('detail').innerText")
     assert "store(a)" in detail and "[format_isolation] </script><b>x</b>" in detail
     assert "python -m pytest --pyargs conformance --kv-store=store(a)" in detail
+    # What the cell cost: its line, and a column of each clause's seconds.
+    assert "cost: 1.0 s wall; slowest clauses: " in detail
+    assert chromium.js("[...document.querySelectorAll('#detail th')].map(h => h.textContent).join()") == \
+        "clause,status,s,message"
+    assert chromium.js("document.querySelector('#detail td.secs').textContent") == "0.1"
     assert chromium.js("new URLSearchParams(location.hash.slice(1)).get('cell')") == "store(a)"
     chromium.js("document.getElementById('detail').close()")
     # The filter takes several terms, all of which must match; its state is kept in the URL.

@@ -53,6 +53,7 @@ from conformance.levels.engine.roles import (
 from conformance.levels.engine.specs import DEFAULT_MODEL_DTYPE, DEFAULT_MODEL_LEN, Batch, EngineSpec
 from conformance.levels.engine.worlds import Worlds
 from conformance.levels.subject import ConnectorChoice, side_channel_ports, span_pad
+from conformance.verdict.cost import Charges
 from conformance.verdict.guard import HarnessError
 from conformance.verdict.status import NotRunnable
 
@@ -125,6 +126,8 @@ class EngineCell:
         self._ahead: dict[str, Future[EngineRun]] = {}
         self._ended_at: dict[str, float] = {}  # when each role's engine ended (``_settle`` counts from it)
         self._lane: ThreadPoolExecutor | None = None
+        # Per clause, the seconds its test spent starting or waiting for each engine (the cost model's).
+        self.charges = Charges()
 
     @property
     def loss(self) -> str:
@@ -232,8 +235,9 @@ class EngineCell:
         second lane started ahead (waited for, raising what it raised)."""
         if role in self.runs:
             return self.runs[role]
-        ahead = self._ahead.get(role)
-        return ahead.result() if ahead is not None else self._start(role)
+        with self.charges.charge(role):
+            ahead = self._ahead.get(role)
+            return ahead.result() if ahead is not None else self._start(role)
 
     def _run_ahead(self) -> None:
         """Start the second lane's roles, in order, on a thread of their own (once)."""
@@ -278,7 +282,8 @@ class EngineCell:
             return run_engine(spec, self.workdir / "engines", name, timeout_s=self.timeout_s, python=self.python,
                               **self.worlds.process(name, lane_binding(spec.get("tensor_parallel_size", 1))))
 
-        return self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
+        with self.charges.charge(name):  # a role's run charged within its own (``run``): the same seconds
+            return self.baselines.get_or_run(spec, self.python, start) if self.baselines and shared else start()
 
     def references(self, baseline: EngineRun, cached: int, prompt_len: int, loaded: str | None = None
                    ) -> list[Reference]:
@@ -353,6 +358,11 @@ class EngineCell:
         ports (``side_channel_ports``). No consumer (None) when the producer failed."""
         if "producer" in self.runs:
             return self.runs["producer"], self.runs.get("consumer")
+        with self.charges.charge("producer"):
+            return self._pd_pair()
+
+    def _pd_pair(self) -> tuple[EngineRun, EngineRun | None]:
+        """``run_pd``'s pair, started (the consumer charged to its own run)."""
         hung = self._hung_run("producer")
         if hung is not None:
             self.runs["producer"] = hung
@@ -368,9 +378,10 @@ class EngineCell:
             spec = self.spec("consumer")
             for batch in spec["batches"]:
                 batch["kv_transfer_params"] = [r["kv_transfer_params"] for r in producer.requests(batch["name"])]
-            self.runs["consumer"] = run_engine(spec, engines, "consumer", timeout_s=self.timeout_s,
-                                               python=self.python,
-                                               **self.worlds.process("consumer", side_channel_ports()))
+            with self.charges.charge("consumer"):
+                self.runs["consumer"] = run_engine(spec, engines, "consumer", timeout_s=self.timeout_s,
+                                                   python=self.python,
+                                                   **self.worlds.process("consumer", side_channel_ports()))
         return producer, self.runs["consumer"]
 
     def _hung_run(self, role: str) -> EngineRun | None:
@@ -418,5 +429,8 @@ class EngineCell:
         return evidence.versions(self.runs)
 
     def timings(self) -> dict[str, Any]:
-        """What each engine and the cell cost (``evidence.timings``)."""
-        return evidence.timings(self.runs, self.worlds, self.lanes)
+        """What each engine and the cell cost (``evidence.timings``); per clause, the seconds it spent
+        on each engine run (``Charges``), and each model's materialisation."""
+        return evidence.timings(self.runs, self.worlds, self.lanes) | {
+            "clause_roles_s": self.charges.recorded(),
+            "models_s": {name: round(s, 2) for name, s in self.models.seconds.items()}}

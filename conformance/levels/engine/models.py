@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,9 @@ class RoleModels:
         self.other_model = other_model  # the other checkpoint the user gave (--kv-other-model)
         self._made: dict[tuple[str, int], Path] = {}
         self._lock = threading.Lock()
+        # Each model's materialisation, in seconds (the cost model's): the cell's own (``made``), and
+        # the ones made here on first ask.
+        self.seconds: dict[str, float] = {}
 
     @property
     def retrained(self) -> Path:
@@ -127,11 +131,17 @@ class RoleModels:
         """``recipe``'s model directory, made once by the engine's Python (or why it could not be)."""
         with self._lock:
             if (recipe, retrained) not in self._made:
+                started = time.monotonic()
                 made = materialise_in(self.python, recipe, retrained=retrained)
+                self.made(recipe + (f"-retrained{retrained}" if retrained else ""), time.monotonic() - started)
                 if isinstance(made, str):
                     return made
                 self._made[recipe, retrained] = made
             return self._made[recipe, retrained]
+
+    def made(self, name: str, seconds: float) -> None:
+        """Record that model ``name`` took ``seconds`` to materialise (found or generated)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
 
 def _generate(recipe: dict[str, Any], out: Path) -> None:
