@@ -10,12 +10,16 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
+from multiprocessing import reduction
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pytest
 
+from conformance.levels.engine import handover, separate
+from conformance.matrix.hosts import hosts_take_none
 from conformance.report.render import clause_statuses
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,13 +64,32 @@ class SuiteRun:
         return {c for c, s in self.statuses().items() if s == "Fail"}
 
 
-def _pytest_in_fork(args: list[str], env: dict[str, str], cwd: str, log: str) -> None:
+class _Inherited:
+    """An fd the forked child inherits: multiprocessing sends it over its fork server's socket as it
+    pickles the child's arguments, and the child reads it back as an fd number of its own."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        return _inherited_fd, (reduction.DupFd(self.fd),)
+
+
+def _inherited_fd(dup: Any) -> int:
+    return dup.detach()
+
+
+def _pytest_in_fork(args: list[str], env: dict[str, str], cwd: str, log: str,
+                    lent: Sequence[tuple[str, dict[str, Any], int, int]] = ()) -> None:
     """In the forked child: what ``python -m pytest ARGS`` in ``cwd`` under ``env`` does, its output
-    (stdout and stderr, interleaved) into ``log``, its exit code the process's."""
+    (stdout and stderr, interleaved) into ``log``, its exit code the process's. ``lent``: the engine
+    hosts lent to it (``handover``), each as its variable, what it says and the fds inherited."""
     os.setpgrp()  # a timeout kills the run with whatever it started
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    for variable, handed, read_fd, write_fd in lent:
+        os.environ[variable] = json.dumps({**handed, "read_fd": read_fd, "write_fd": write_fd})
     sys.path.insert(0, cwd)  # as `python -m` puts it first
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     os.dup2(out, 1)
@@ -81,14 +104,68 @@ def _pytest_in_fork(args: list[str], env: dict[str, str], cwd: str, log: str) ->
         os._exit(code)
 
 
-def _pytest(args: list[str], env: dict[str, str], log: Path, timeout: float) -> int:
+class _LentHosts:
+    """Engine hosts of this test worker, lent to each of its suite runs at the engine level and taken
+    back after it (``conformance.levels.engine.handover``), as a matrix run lends them to its cells: a
+    host imports vLLM once per worker, not once per run (about 9 s each, 160 runs in the engine session)."""
+
+    def __init__(self) -> None:
+        self._hosts: dict[str, list[handover.AheadHost]] = {}
+        self._logs = Path(tempfile.mkdtemp(prefix="kvconform-hosts-"))
+        atexit.register(self.close)
+
+    def lend(self, args: Sequence[str]) -> list[handover.AheadHost]:
+        """The hosts a run of ``args`` borrows: both sides' for an engine-level run that takes hosts, in
+        the engine Python it names; none for any other run."""
+        if ("--kv-levels=engine" not in args or hosts_take_none(args)) or not hasattr(os, "pidfd_open"):
+            return []
+        named = [a.split("=", 1)[1] for a in args if a.startswith("--kv-engine-python=")]
+        python = named[-1] if named else os.environ.get("KVCONFORM_ENGINE_PYTHON", sys.executable)
+        if python not in self._hosts:
+            self._hosts[python] = [handover.AheadHost(python, self._logs / f"host-{len(self._hosts)}-{side}.log",
+                                                      os.environ) for side in separate.SIDES]
+        return self._hosts[python]
+
+    def give_back(self, hosts: Sequence[handover.AheadHost]) -> None:
+        if hosts and not all([host.reclaim() for host in hosts]):  # one that cannot serve on: both anew
+            for host in hosts:
+                host.stop()
+            self._hosts.pop(hosts[0].python, None)
+
+    def close(self) -> None:
+        for hosts in self._hosts.values():
+            for host in hosts:
+                host.stop()
+        self._hosts.clear()
+        shutil.rmtree(self._logs, ignore_errors=True)
+
+
+_HOSTS = _LentHosts()
+
+
+def _pytest(args: list[str], env: dict[str, str], log: Path, timeout: float, lend: bool = True) -> int:
     """``python -m pytest ARGS`` in REPO: forked from the preloaded process, or started afresh where
-    ``env`` sets what only an interpreter's start reads (PYTHONHASHSEED, PYTHONPATH, ...)."""
+    ``env`` sets what only an interpreter's start reads (PYTHONHASHSEED, PYTHONPATH, ...). A forked
+    engine-level run borrows this worker's engine hosts where ``lend`` allows."""
     if any(k.startswith("PYTHON") and os.environ.get(k) != v for k, v in env.items()):
         with open(log, "w") as out:
             return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=REPO, env=env, stdout=out,
                                   stderr=subprocess.STDOUT, timeout=timeout).returncode
-    child = _FORKS.Process(target=_pytest_in_fork, args=(args, env, str(REPO), str(log)))
+    hosts = _HOSTS.lend(args) if lend else []
+    try:
+        return _pytest_forked(args, env, log, timeout, hosts)
+    finally:
+        _HOSTS.give_back(hosts)
+
+
+def _pytest_forked(args: list[str], env: dict[str, str], log: Path, timeout: float,
+                   hosts: Sequence[handover.AheadHost]) -> int:
+    lent = []
+    for side, host in zip(separate.SIDES, hosts):
+        handed, (read_fd, write_fd) = host.handed(side)
+        ((variable, said),) = handed.items()
+        lent.append((variable, json.loads(said), _Inherited(read_fd), _Inherited(write_fd)))
+    child = _FORKS.Process(target=_pytest_in_fork, args=(args, env, str(REPO), str(log), lent))
     child.start()
     child.join(timeout)
     if child.exitcode is None and child.pid is not None:
@@ -113,7 +190,7 @@ def run_suite(tmp_path: Path):
                 f"--basetemp={tmp_path / 'base'}", *args]
         full_env = {**os.environ, **(env or {})}
         full_env.pop("KVCONFORM_STORE", None) if env is None or "KVCONFORM_STORE" not in env else None
-        code = _pytest(argv, full_env, log, timeout)
+        code = _pytest(argv, full_env, log, timeout, lend=env is None)  # hosts start with this worker's env
         data = json.loads(results.read_text()) if results.exists() else None
         return SuiteRun(code, log.read_text(errors="replace"), data, results)
 

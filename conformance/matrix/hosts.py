@@ -28,14 +28,16 @@ CAPABILITIES = "--kv-connector-capabilities="
 ENGINE_ENV = "--kv-engine-env="  # a cell whose engines need an environment starts its own hosts
 
 
-def takes_host(cell: Cell) -> bool:
-    return cell.level == "engine" and FRESH not in cell.args
+def hosts_take_none(args: Sequence[str]) -> bool:
+    """Whether an engine-level run of ``args`` uses no host lent to it: its engines start fresh, or
+    with an environment it declares (--kv-engine-env), which the hosts were not started with."""
+    return FRESH in args or any(a.startswith(ENGINE_ENV) for a in args)
 
 
 def hosts_for(cell: Cell) -> int:
-    """The hosts ``cell`` takes: none (no engine, fresh engines, an engine environment the hosts were not
-    started with), one, or two where its connector declares a capability whose clauses run load engines."""
-    if not takes_host(cell) or any(a.startswith(ENGINE_ENV) for a in cell.args):
+    """The hosts ``cell`` takes: none (no engine, or ``hosts_take_none``), one, or two where its
+    connector declares a capability whose clauses run load engines."""
+    if cell.level != "engine" or hosts_take_none(cell.args):
         return 0
     declared = [a[len(CAPABILITIES):] for a in cell.args if a.startswith(CAPABILITIES)]
     capabilities, _ = parse_capabilities(",".join(declared))

@@ -29,7 +29,7 @@ from conformance import __version__
 from conformance.levels.engine import handover
 from conformance.levels.engine.handover import AheadHost
 from conformance.matrix.definition import Cell
-from conformance.matrix.hosts import WarmHosts, takes_host
+from conformance.matrix.hosts import WarmHosts, hosts_for
 from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements, satisfied_here
 from conformance.util import procs
 from conformance.util.identity import suite_digest
@@ -331,7 +331,7 @@ def _run_cells(cells: list[Cell], results_dir: Path, rerun: bool, stacks: Provis
     running = [c for c in cells if c.id not in done and platforms.get(c.tier.platform) is None]
     # The stacks that run in this Python: their hosts start now, their imports beside the first cells.
     here = {c.stack.name for c in running
-            if takes_host(c) and c.stack is not None and satisfied_here(requirements(c.stack, stacks.platform))}
+            if hosts_for(c) and c.stack is not None and satisfied_here(requirements(c.stack, stacks.platform))}
     hosts = WarmHosts(running, Path(results_dir) / ".hosts", jobs,
                       {"": (sys.executable, cell_env(sys.executable, False)),
                        **{name: (sys.executable, cell_env(sys.executable, True)) for name in here}})
