@@ -1,24 +1,23 @@
-"""Helpers for testing the suite itself: run it the way a user does, in a process of its own."""
+"""Helpers for testing the suite itself: run it the way a user does, in a process of its own (forked
+from one that imported what every run imports: ``conformance.matrix.lane``)."""
 
 from __future__ import annotations
 
 import atexit
 import json
-import multiprocessing
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from multiprocessing import reduction
 from pathlib import Path
 from typing import Any, Sequence
 
 import pytest
 
 from conformance.levels.engine import handover, separate
+from conformance.matrix import lane
 from conformance.matrix.hosts import hosts_take_none
 from conformance.report.render import clause_statuses
 
@@ -39,16 +38,6 @@ def require_tool(command: str) -> str:
     why = f"{command} is not installed: sudo apt-get install -y {package}"
     required = os.environ.get(REQUIRE_TOOLS) or os.environ.get("CI")
     raise pytest.fail.Exception(why) if required else pytest.skip.Exception(why)
-# Each suite run is a fork of one process per test worker that has imported these and nothing of the
-# suite: a fresh interpreter spends 10-15 s importing vLLM, once per run, 160 times in the engine
-# session (CI's longest step). The suite's own modules are imported fresh in every run; a missing
-# one (no vLLM in the tests session) is skipped.
-PRELOADED = ["torch", "numpy", "hypothesis", "yaml", "safetensors", "transformers",
-             "vllm.distributed.kv_transfer.kv_connector.v1.base"]
-_FORKS = multiprocessing.get_context("forkserver")
-_FORKS.set_forkserver_preload(PRELOADED)
-
-
 @dataclass
 class SuiteRun:
     returncode: int
@@ -62,46 +51,6 @@ class SuiteRun:
 
     def failed_clauses(self) -> set[str]:
         return {c for c, s in self.statuses().items() if s == "Fail"}
-
-
-class _Inherited:
-    """An fd the forked child inherits: multiprocessing sends it over its fork server's socket as it
-    pickles the child's arguments, and the child reads it back as an fd number of its own."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def __reduce__(self):
-        return _inherited_fd, (reduction.DupFd(self.fd),)
-
-
-def _inherited_fd(dup: Any) -> int:
-    return dup.detach()
-
-
-def _pytest_in_fork(args: list[str], env: dict[str, str], cwd: str, log: str,
-                    lent: Sequence[tuple[str, dict[str, Any], int, int]] = ()) -> None:
-    """In the forked child: what ``python -m pytest ARGS`` in ``cwd`` under ``env`` does, its output
-    (stdout and stderr, interleaved) into ``log``, its exit code the process's. ``lent``: the engine
-    hosts lent to it (``handover``), each as its variable, what it says and the fds inherited."""
-    os.setpgrp()  # a timeout kills the run with whatever it started
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
-    for variable, handed, read_fd, write_fd in lent:
-        os.environ[variable] = json.dumps({**handed, "read_fd": read_fd, "write_fd": write_fd})
-    sys.path.insert(0, cwd)  # as `python -m` puts it first
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    os.dup2(out, 1)
-    os.dup2(out, 2)
-    code = 1
-    try:
-        code = int(pytest.main(args))
-    finally:
-        atexit._run_exitfuncs()  # what an interpreter's exit runs (the suite's own clean-up included)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
 
 
 class _LentHosts:
@@ -147,36 +96,18 @@ def _pytest(args: list[str], env: dict[str, str], log: Path, timeout: float, len
     """``python -m pytest ARGS`` in REPO: forked from the preloaded process, or started afresh where
     ``env`` sets what only an interpreter's start reads (PYTHONHASHSEED, PYTHONPATH, ...). A forked
     engine-level run borrows this worker's engine hosts where ``lend`` allows."""
-    if any(k.startswith("PYTHON") and os.environ.get(k) != v for k, v in env.items()):
+    if not lane.forkable(env):
         with open(log, "w") as out:
             return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=REPO, env=env, stdout=out,
                                   stderr=subprocess.STDOUT, timeout=timeout).returncode
     hosts = _HOSTS.lend(args) if lend else []
     try:
-        return _pytest_forked(args, env, log, timeout, hosts)
+        code = lane.run_pytest(args, env, REPO, log, timeout, hosts)
     finally:
         _HOSTS.give_back(hosts)
-
-
-def _pytest_forked(args: list[str], env: dict[str, str], log: Path, timeout: float,
-                   hosts: Sequence[handover.AheadHost]) -> int:
-    lent = []
-    for side, host in zip(separate.SIDES, hosts):
-        handed, (read_fd, write_fd) = host.handed(side)
-        ((variable, said),) = handed.items()
-        lent.append((variable, json.loads(said), _Inherited(read_fd), _Inherited(write_fd)))
-    child = _FORKS.Process(target=_pytest_in_fork, args=(args, env, str(REPO), str(log), lent))
-    child.start()
-    child.join(timeout)
-    if child.exitcode is None and child.pid is not None:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            child.kill()
-        child.join()
+    if code is None:
         raise subprocess.TimeoutExpired(["pytest", *args], timeout)
-    assert child.exitcode is not None
-    return child.exitcode
+    return code
 
 
 @pytest.fixture

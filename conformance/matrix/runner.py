@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from conformance import __version__
 from conformance.levels.engine import handover
 from conformance.levels.engine.handover import AheadHost
+from conformance.matrix import lane
 from conformance.matrix.definition import Cell
 from conformance.matrix.hosts import WarmHosts, hosts_for
 from conformance.matrix.stacks import Provisioner, StackError, machine_platforms, requirements, satisfied_here
@@ -193,16 +194,20 @@ def _run_pytest(cmd: list[str], out: Path, log: Path, timeout_s: float, env: dic
                 handed: Sequence[AheadHost] = ()) -> tuple[str, str | None]:
     """(output, problem): problem is None when pytest wrote its results (``out``) in time. Its output goes to
     ``log``; at the deadline its whole process group is killed (what it started in it too). The engine
-    hosts ``handed`` to it are lent: the caller takes them back."""
-    handover_env, fds = handover.spawn_with(handed)
-    proc = procs.spawn(cmd, log, env={**env, **handover_env}, pass_fds=fds)
-    in_time = procs.finished_within(proc, timeout_s)
-    procs.kill_group(proc)
-    proc.wait()
+    hosts ``handed`` to it are lent: the caller takes them back. In the runner's own Python it is forked
+    from the lane (``lane``: its imports paid once per run), in any other spawned."""
+    if cmd[0] == sys.executable and cmd[1:3] == ["-m", "pytest"] and lane.forkable(env):
+        code = lane.run_pytest(cmd[3:], env, Path.cwd(), log, timeout_s, handed)
+    else:
+        handover_env, fds = handover.spawn_with(handed)
+        proc = procs.spawn(cmd, log, env={**env, **handover_env}, pass_fds=fds)
+        code = proc.returncode if procs.finished_within(proc, timeout_s) else None
+        procs.kill_group(proc)
+        proc.wait()
     output = log.read_text(errors="replace")
-    if not in_time:
+    if code is None:
         return output, f"cell exceeded its {timeout_s:g}s deadline and was killed"
-    return output, None if out.exists() else f"pytest exited {proc.returncode} without writing results"
+    return output, None if out.exists() else f"pytest exited {code} without writing results"
 
 
 def _error_document(cell: Cell, problem: str, output: str) -> ResultsDocument:
