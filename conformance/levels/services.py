@@ -10,7 +10,8 @@ from typing import Any, Iterable
 
 from conformance.levels.subject import ConnectorChoice
 from conformance.servers.lmcache_forks import ForkServer
-from conformance.servers.lmcache_server import LMCacheServer
+from conformance.servers.lmcache_log import ServedLog
+from conformance.servers.lmcache_server import CHILD_LOG, LMCacheServer
 from conformance.verdict.status import NotRunnable
 
 DEFAULT_L1_GB = 0.25  # the L1 of the servers the suite starts, unless a declared capacity bounds it
@@ -40,6 +41,7 @@ class LMCacheService:
         self._keeps_spare = spare
         self._retired: list[LMCacheServer] = []  # interrupted, reaped at stop()
         self._count = 0
+        self._read: dict[Path, ServedLog] = {}  # each server's log, as far as ``error`` read it
 
     def _new(self, log: Path) -> LMCacheServer:
         return LMCacheServer(log, chunk_size=self._chunk_size, l1_size_gb=self._l1_gb, python=self._python,
@@ -102,6 +104,28 @@ class LMCacheService:
             self._count += 1
             self._spare = self._new(self._log.with_name(f"{self._log.stem}-{self._count}{self._log.suffix}"))
             self._spare.launch()
+
+    def error(self) -> str | None:
+        """Why no verdict on its connector holds, where a server of it (every one it started: the
+        retired, the spare, and those a forked child restarted into logs of its own) logged an error
+        while serving (``lmcache_log``); None while none did. The suite supplied the server, so what it
+        logged is no verdict on the connector: an Error of the suite, naming the line."""
+        children = self._log.parent.glob(CHILD_LOG.format(stem=self._log.stem, pid="*", suffix=self._log.suffix))
+        servers = (*self._retired, self.server, *([self._spare] if self._spare else []))
+        for log in dict.fromkeys([*(server.log_path for server in servers), *sorted(children)]):
+            found = self._read.setdefault(log, ServedLog(log)).first_error()
+            if found is not None:
+                yours = (f" It ran with your arguments ({' '.join(self._args)}): the error may be theirs."
+                         if self._args else "")
+                return ("the LMCache server the suite supplied (kvconform started it in place of a server of "
+                        "yours, so this is no verdict on the connector) logged an error while serving: "
+                        f"{found}.{yours}")
+        return None
+
+    @staticmethod
+    def first_error(services: Iterable[LMCacheService]) -> str | None:
+        """The first ``error`` of ``services``, if any."""
+        return next((found for service in services if (found := service.error()) is not None), None)
 
     @property
     def ready_s(self) -> float | None:

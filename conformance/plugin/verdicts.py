@@ -48,6 +48,42 @@ def _kvconform_clause_gate(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """After a clause ran: where a server the suite supplied for its connector (LMCache's, started in
+    the user's place) logged an error while serving, up to now, the clause is an Error naming the
+    line, whatever it came to itself (a Pass, a Fail, Not exercised: each may rest on a server that
+    stored nothing). Up to now: an engine cell's runs are shared by its clauses, so every clause
+    after the error is one too. A user's own server is never read."""
+    from conformance.verdict.clauses import clause_of
+    from conformance.verdict.guard import HarnessError
+
+    ended: BaseException | None = None
+    try:
+        result = yield
+    except (KeyboardInterrupt, SystemExit, pytest.exit.Exception):
+        raise
+    except BaseException as exc:  # noqa: BLE001 (a skip too: the server's error comes first)
+        ended = exc
+    error = _supplied_server_error(item) if clause_of(item) is not None else None
+    if error is not None:  # raised apart from the clause's own ending: no status of its is read from the chain
+        raise HarnessError(error + (f" (The clause itself ended: {type(ended).__name__}: {str(ended)[:300]})"
+                                    if ended is not None else ""))
+    if ended is not None:
+        raise ended
+    return result
+
+
+def _supplied_server_error(item: pytest.Item) -> str | None:
+    """Why no verdict holds, from the servers the suite supplied for the item's engine cell or
+    connector harness (None: none supplied, or none logged an error while serving)."""
+    funcargs = getattr(item, "funcargs", {})
+    cell, harness = funcargs.get("engine_cell"), funcargs.get("connector_api")
+    supplied = getattr(getattr(cell, "worlds", None), "supplied_error", None) if cell is not None \
+        else getattr(harness, "supplied_error", None)
+    return supplied() if supplied is not None else None
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     from conformance.verdict.asserts import ClauseViolation
     from conformance.verdict.clauses import clause_of, running

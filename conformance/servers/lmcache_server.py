@@ -54,6 +54,8 @@ class UndrivableServer(NotRunnable):
 
 BIND_ATTEMPTS = 3
 SERVER_DIR = "{server}"  # in the user's server arguments: a directory of each start's own
+# The log of a server a forked child restarted into (``restart``): its starter's server still logs to the first.
+CHILD_LOG = "{stem}-child-{pid}{suffix}"
 
 
 class LMCacheServer:
@@ -192,7 +194,11 @@ class LMCacheServer:
     def restart(self) -> None:
         """Stop and start again: everything it held is lost (the lost-storage scenario). In a forked
         child of the process that started it (a supervised connector test), the server stays its
-        starter's, for the tests after this one: the child moves to a new, empty server of its own."""
+        starter's, for the tests after this one: the child moves to a new, empty server of its own,
+        logging to a log of its own (``CHILD_LOG``: one log, one server, read for its errors)."""
         if self.owner == os.getpid():
             self.stop()
+        else:
+            log = self.log_path
+            self.log_path = log.with_name(CHILD_LOG.format(stem=log.stem, pid=os.getpid(), suffix=log.suffix))
         self.start()

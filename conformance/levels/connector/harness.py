@@ -30,6 +30,8 @@ class ConnectorHarness(Bench):
 
     lose_remote: Callable[[], str] | None = None  # loses a server's content; says how
     retrained: Callable[[], Path] | None = None  # another checkpoint of the model (None: the user's directory)
+    # Why no verdict holds, where a server the suite supplied logged an error while serving (None: none supplied)
+    supplied_error: Callable[[], str | None] | None = None
     _used: set[str] = field(default_factory=set)  # storages a run has used (a first run is cold)
     _hung: str | None = None  # the hang that ended the connector: every later test is an Error at once
     _ended_at: float = 0.0  # when the last pass ended (its saves reported): ``settle`` counts from it

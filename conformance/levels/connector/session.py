@@ -57,7 +57,8 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path, timeout_
     era = _with_required_layout(era, connector, model_dir, workdir, extra)
     probe_fallbacks(era, connector, model_dir, workdir, extra)
     return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra,
-                            lose_remote=lose, retrained=_other_checkpoint(model, other_model)), close
+                            lose_remote=lose, retrained=_other_checkpoint(model, other_model),
+                            supplied_error=service.error if service is not None else None), close
 
 
 def declared_environment(connector: ConnectorChoice) -> Callable[[], None]:

@@ -104,6 +104,11 @@ class Worlds:
         except (RuntimeError, OSError) as exc:  # TimeoutError too: the suite's server, never the connector's verdict
             raise HarnessError(f"the LMCache server the suite starts did not come up: {exc}") from None
 
+    def supplied_error(self) -> str | None:
+        """Why no verdict of the cell holds, where a server the suite supplied (every world's, its
+        spares, those lose_storage retired) logged an error while serving; None while none did."""
+        return LMCacheService.first_error((self.servers or {}).values())
+
     def lose_storage(self) -> str:
         """Damage what the store engine wrote; say how (a storage hook the user gave does it instead).
         Not runnable for storage we cannot reach."""
