@@ -48,11 +48,14 @@ def _inherited_fd(dup: Any) -> int:
 
 def forkable(env: Mapping[str, str]) -> bool:
     """Whether a run under ``env`` (the whole environment) can be forked from here: what only an
-    interpreter's start reads (PYTHONPATH, PYTHONHASHSEED, ...) is as this process started with it.
+    interpreter's start reads (PYTHONPATH, PYTHONHASHSEED, ...) is as this process started with it, and
+    this process's main script is a file.
     PYTHONUNBUFFERED is the exception: the forked run sets its streams as it would."""
     def start_time(environ: Mapping[str, str]) -> dict[str, str]:
         return {k: v for k, v in environ.items() if k.startswith("PYTHON") and k != "PYTHONUNBUFFERED"}
-    return start_time(env) == start_time(os.environ)
+    # The fork server runs this process's main script again: one read from stdin cannot be.
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    return start_time(env) == start_time(os.environ) and (main is None or os.path.exists(main))
 
 
 def run_pytest(args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path, timeout_s: float,
@@ -80,8 +83,11 @@ def run_pytest(args: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path
 def _pytest_in_fork(args: list[str], env: dict[str, str], cwd: str, log: str,
                     lent: Sequence[tuple[str, dict[str, Any], int, int]]) -> None:  # pragma: no cover - the child
     """In the forked child: the run, set up as ``python -m pytest`` would be, its exit code the process's."""
+    import gc
+
     import pytest
 
+    gc.freeze()  # what the fork server imported is never garbage: pytest's closing collections skip it (1 s)
     os.setpgrp()  # a timeout kills the run with whatever it started
     os.chdir(cwd)
     os.environ.clear()
@@ -97,7 +103,8 @@ def _pytest_in_fork(args: list[str], env: dict[str, str], cwd: str, log: str,
             stream.reconfigure(write_through=True)  # type: ignore[union-attr]
     code = 1
     try:
-        code = int(pytest.main(args))
+        # What the fork server imported, pytest cannot rewrite asserts in: known, and no news in a log.
+        code = int(pytest.main(["-W", "ignore::pytest.PytestAssertRewriteWarning", *args]))
     finally:
         atexit._run_exitfuncs()  # what an interpreter's exit runs (the suite's own clean-up included)
         sys.stdout.flush()

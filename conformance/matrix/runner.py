@@ -204,7 +204,7 @@ def _run_pytest(cmd: list[str], out: Path, log: Path, timeout_s: float, env: dic
         code = proc.returncode if procs.finished_within(proc, timeout_s) else None
         procs.kill_group(proc)
         proc.wait()
-    output = log.read_text(errors="replace")
+    output = log.read_text(errors="replace") if log.exists() else ""  # none: it died before it began
     if code is None:
         return output, f"cell exceeded its {timeout_s:g}s deadline and was killed"
     return output, None if out.exists() else f"pytest exited {code} without writing results"

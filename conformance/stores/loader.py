@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from conformance.contract.store import CAPABILITIES, KVStore, StoreNotRunnable
+from conformance.util import distributions
 
 ENTRY_POINT_GROUP = "kvconform.stores"
 # The methods of the store protocol, in the order it declares them.
@@ -37,7 +38,7 @@ class StoreChoice:
     @property
     def distribution_version(self) -> str:
         top = self.target.split(":", 1)[0].split(".", 1)[0]
-        for dist in metadata.packages_distributions().get(top, []):
+        for dist in distributions.providing(top):
             try:
                 return f"{dist} {metadata.version(dist)}"
             except metadata.PackageNotFoundError:

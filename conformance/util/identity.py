@@ -18,6 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TypedDict
 
+from conformance.util import distributions
+
 
 class Identity(TypedDict, total=False):
     """What code a module was loaded from: a wheel's distribution, version and RECORD (and the files
@@ -60,7 +62,7 @@ def reproducibility_problems(identity: Identity | None) -> list[str]:
 def _installed(top: str, origin: Path) -> Identity | None:
     """The distribution whose RECORD lists ``origin``; None for code not installed from a wheel
     (an editable install's RECORD lists only its finder)."""
-    for name in metadata.packages_distributions().get(top, []):
+    for name in distributions.providing(top):
         try:
             dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
