@@ -71,3 +71,17 @@ def test_a_loose_directory_or_a_missing_module_has_no_version(tmp_path):
     assert "neither installed from a wheel nor in a git checkout" in loose["problems"][0], loose
     missing = identify_in(tmp_path, "no_such_vendor.connector")
     assert "not importable here" in missing["problems"][0]
+
+
+def test_the_distribution_of_a_package_is_found_by_its_top_level_name_or_inferred():
+    """``distributions.providing`` reads top_level.txt first (a full scan of every file list took 0.7 s
+    in a vLLM venv, twice per suite run) and infers only where no distribution names the package."""
+    from importlib import metadata
+
+    from conformance.util import distributions
+
+    assert distributions.providing("conformance") == ("kvconform",)
+    assert distributions.providing("no_such_top_level_package") == ()
+    inferred = {top for top, dists in metadata.packages_distributions().items() if dists}
+    assert all(set(distributions.providing(top)) <= set(metadata.packages_distributions()[top])
+               for top in sorted(inferred)[:40])
