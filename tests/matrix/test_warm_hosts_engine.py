@@ -32,6 +32,7 @@ def test_engine_cells_run_on_hosts_lent_in_turn_and_none_outlives_the_run(tmp_pa
     path.write_text(MATRIX)
     cells = matrix.load(path).cells("quick")
     assert [c.level for c in cells] == ["engine", "engine"]
+    before = set(_hosts_of(os.getpid()))  # this test worker's own, lent to the project's engine runs
     docs = runner.run_cells(cells, tmp_path / "results", say=lambda line: None)
     seeds = {doc["connector"]["engine_timings"]["engine_host"]["hash_seed"] for doc in docs}
     assert len(seeds) == 1  # the same host served both cells
@@ -50,7 +51,7 @@ def test_engine_cells_run_on_hosts_lent_in_turn_and_none_outlives_the_run(tmp_pa
     assert sorted(p.name for p in (tmp_path / "results").glob("*.host*.log")) == sorted(
         f"{c.file_stem}.host{side}.log" for c in cells for side in ("", "-second"))
     assert not (tmp_path / "results" / ".hosts").exists()
-    assert _hosts_of(os.getpid()) == []  # every host the runner started was stopped
+    assert set(_hosts_of(os.getpid())) <= before  # every host the runner started was stopped
 
 
 def _hosts_of(parent: int) -> list[int]:
