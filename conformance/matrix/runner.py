@@ -335,8 +335,8 @@ def _run_cells(cells: list[Cell], results_dir: Path, rerun: bool, stacks: Provis
     platforms = machine_platforms()
     running = [c for c in cells if c.id not in done and platforms.get(c.tier.platform) is None]
     # The stacks that run in this Python: their hosts start now, their imports beside the first cells.
-    here = {c.stack.name for c in running
-            if hosts_for(c) and c.stack is not None and satisfied_here(requirements(c.stack, stacks.platform))}
+    engine_stacks = {c.stack.name: c.stack for c in running if hosts_for(c) and c.stack is not None}
+    here = {name for name, stack in engine_stacks.items() if satisfied_here(requirements(stack, stacks.platform))}
     hosts = WarmHosts(running, Path(results_dir) / ".hosts", jobs,
                       {"": (sys.executable, cell_env(sys.executable, False)),
                        **{name: (sys.executable, cell_env(sys.executable, True)) for name in here}})

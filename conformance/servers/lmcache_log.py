@@ -65,8 +65,3 @@ class ServedLog:
                 shown = shown if len(shown) <= SHOWN_CHARS else shown[:SHOWN_CHARS] + " [...]"
                 self._error = f"{self.path}, line {self._lines}: {shown}"
                 return
-
-
-def first_error(path: Path) -> str | None:
-    """The first ERROR or CRITICAL line LMCache logged in ``path`` while serving (``ServedLog``)."""
-    return ServedLog(path).first_error()

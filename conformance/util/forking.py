@@ -137,7 +137,7 @@ def serve(channel: int, start: Callable[[dict[str, Any]], int],
     ``start`` (which forks, with ``fork_child``, and returns the pid), each child reaped and reported.
     Ends, with every child it forked killed, when its stdin ends or it gets SIGTERM.
 
-    A server that says it is ``ready`` can be lent to one client after another (``Lender``): a
+    A server that says it is ``ready`` can be lent to one client after another (``handover.AheadHost``): a
     ``{"release": id}`` request kills and reaps every child it forked, says ``{"released": id}`` and
     then its ready line again (with ``"lent"``, how many clients it served before) for the next one."""
     children: set[int] = set()
@@ -255,11 +255,7 @@ class ForkServer:
     def detach(self) -> None:
         """Let go of a server lent to this process (``handover``): the children it forked for this
         process killed, this process's end of its stdin closed. It lives on for its lender."""
-        if self.proc.stdin is not None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
+        self._hang_up()
         self._lost()
 
     def gone(self) -> bool:
@@ -268,15 +264,19 @@ class ForkServer:
     def close(self, grace_s: float) -> None:
         """Its stdin closed (it ends with its children), then killed with its group after ``grace_s``.
         Its stdout is the reader's, which sees it end."""
+        self._hang_up()
+        if not procs.finished_within(self.proc, grace_s):
+            procs.kill_group(self.proc)
+            self.proc.wait()
+        self._lost()
+
+    def _hang_up(self) -> None:
+        """This process's end of the server's stdin closed (its only end, unless the server is lent)."""
         if self.proc.stdin is not None:
             try:
                 self.proc.stdin.close()
             except OSError:
                 pass
-        if not procs.finished_within(self.proc, grace_s):
-            procs.kill_group(self.proc)
-            self.proc.wait()
-        self._lost()
 
     def _answer(self, child: Child) -> tuple[int | None, int | None, str | None]:
         """The server's answer for ``child``, waited for within ``reply_s``: (its pid, its return code

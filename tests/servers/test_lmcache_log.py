@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conformance.servers.lmcache_log import ServedLog, first_error
+from conformance.servers.lmcache_log import ServedLog
 
 ESC = "\x1b"
 
@@ -49,19 +49,19 @@ def test_a_correct_servers_log_holds_no_error_while_serving(tmp_path):
     log.write_text("INFO:     Waiting for application startup.\n"
                    "ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 1): "
                    "address already in use\n" + SERVING + STOP)
-    assert first_error(log) is None
-    assert first_error(tmp_path / "never-started.log") is None
+    assert ServedLog(log).first_error() is None
+    assert ServedLog(tmp_path / "never-started.log").first_error() is None
 
 
 def test_an_error_while_serving_is_named_with_its_log_and_line(tmp_path):
     log = tmp_path / "lmcache-server.log"
     log.write_text(SERVING + STORE_FAILED + "Traceback (most recent call last):\nFileNotFoundError: [Errno 2]\n" + STOP)
-    found = first_error(log)
+    found = ServedLog(log).first_error()
     assert found == (f"{log}, line {SERVING.count(chr(10)) + 1}: [2026-12-07 06:31:17,434] LMCache ERROR: FSL2Adapter failed to store "
                      "/proc/model@0x01000100@0@010f.data (fs_l2_adapter.py:657:lmcache.v1.distributed.l2_adapters."
                      "fs_l2_adapter)"), found
     log.write_text(SERVING + lmcache("CRITICAL", "L1 memory exhausted"))
-    assert "LMCache CRITICAL: L1 memory exhausted" in (first_error(log) or "")
+    assert "LMCache CRITICAL: L1 memory exhausted" in (ServedLog(log).first_error() or "")
 
 
 def test_a_restart_into_the_same_log_serves_again_and_the_log_is_read_as_it_grows(tmp_path):

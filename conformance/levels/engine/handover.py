@@ -82,7 +82,7 @@ class AheadHost:
             said = _lines(self.proc.stdout.fileno(), time.monotonic() + RELEASE_S)
             while next(said).get("released") != release:
                 pass
-        except (OSError, TimeoutError, StopIteration):
+        except (OSError, TimeoutError):
             self.stop()
             return False
         self.lent += 1
