@@ -58,13 +58,13 @@ def declared(badge: Badge, product: Mapping[str, Any]) -> frozenset[str] | None:
     are not required of it); None for a store, which is held to every required test."""
     if badge.subject == "store":
         return None
-    from conformance.levels.subject import implied
+    from conformance.levels.capabilities import implied
 
     return implied(_declared(product))
 
 
 def _declared(product: Mapping[str, Any]) -> frozenset[str]:
-    from conformance.levels.subject import parse_capabilities
+    from conformance.levels.capabilities import parse_capabilities
 
     return parse_capabilities(",".join(product["connector"]["capabilities"]))[0]
 

@@ -157,7 +157,7 @@ def _connector(path: Path, value: Any) -> dict[str, Any]:
     caps = spec.get("capabilities") or []
     _need(isinstance(caps, list) and all(isinstance(c, str) for c in caps), path, "connector.capabilities",
           "a list such as [persistent] or ['lossy=0.05']")
-    from conformance.levels.subject import parse_capabilities
+    from conformance.levels.capabilities import parse_capabilities
 
     try:
         parse_capabilities(",".join(caps))

@@ -30,6 +30,15 @@ def settle_advice(connector: ConnectorChoice) -> str:
             "settle=SECONDS: every later pass then waits that long")
 
 
+def geometry_advice(connector: ConnectorChoice) -> str:
+    """For a connector that declined most drawn configurations once built for another in the same
+    process: how to declare that it takes one geometry, unless it declares so (then it was shown one)."""
+    if "one-geometry" in connector.capabilities:
+        return ""
+    return ("a connector (or its daemon) that takes one KV geometry per process declares one-geometry, and is judged "
+            "at that one: --kv-block-size and the first of --kv-cache-dtypes")
+
+
 def advised(*hints: str) -> str:
     """The hints that apply, as one parenthesis to end a message with (nothing where none does)."""
     found = [hint for hint in hints if hint]

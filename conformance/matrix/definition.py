@@ -17,8 +17,8 @@ from typing import Any, Mapping, Sequence, TypedDict
 import yaml
 
 from conformance.contract.names import KV_CACHE_DTYPE_NAMES
+from conformance.levels.capabilities import CONNECTOR_CAPABILITIES, parse_capabilities
 from conformance.levels.engine.models import model_names
-from conformance.levels.subject import CONNECTOR_CAPABILITIES, parse_capabilities
 from conformance.verdict.clauses import CLAUSES
 from conformance.verdict.profiles import PROFILES
 from conformance.vocabulary import CONNECTOR_LEVELS, Level

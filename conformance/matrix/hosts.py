@@ -18,9 +18,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from conformance.levels.capabilities import parse_capabilities
 from conformance.levels.engine import separate
 from conformance.levels.engine.handover import AheadHost
-from conformance.levels.subject import parse_capabilities
 from conformance.matrix.definition import Cell
 
 FRESH = "--kv-engine-start=fresh"  # a cell that starts every engine as a process of its own takes no host

@@ -3,13 +3,21 @@ under test, built from the options ``conformance.plugin`` adds."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from conformance.plugin import options
-from conformance.plugin.options import ENGINE_EVIDENCE, ENGINE_TIMINGS, ENGINE_VERSIONS, evidence_dir, session_state
+from conformance.plugin.options import (
+    ENGINE_EVIDENCE,
+    ENGINE_TIMINGS,
+    ENGINE_VERSIONS,
+    GEOMETRY,
+    evidence_dir,
+    session_state,
+)
 
 
 @pytest.fixture(scope="session")
@@ -78,6 +86,8 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
                       other_model=other_model(request.config))
     if cell.models.recipe is not None:  # the cell's own model, materialised from its recipe
         cell.models.made(model, time.monotonic() - started)
+    if "one-geometry" in connector.capabilities:
+        request.config.stash[GEOMETRY] = {"block_size": cell.block_size, "kv_cache_dtype": cell.kv_cache_dtype}
     yield cell
     cell.close()
     request.config.stash[ENGINE_TIMINGS] = cell.timings()
@@ -92,15 +102,19 @@ def engine_cell(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 def connector_api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """The connector level's harness for the chosen connector and model (Not runnable when no
     shim covers the installed vLLM, or the suite cannot start the server it needs: NotRunnable)."""
+    from conformance.levels.connector.scenarios import PINNED
     from conformance.levels.connector.session import open_harness
 
     opt = request.config.getoption
     connector = connector_choice(request.config)
     try:
         harness, close = open_harness(connector, opt(options.MODEL), tmp_path_factory.mktemp("connector-api"),
-                                      timeout_s=opt(options.TIMEOUT), other_model=other_model(request.config))
+                                      timeout_s=opt(options.TIMEOUT), other_model=other_model(request.config),
+                                      block_size=opt(options.BLOCK_SIZE))
     except ValueError as exc:
         pytest.exit(f"kvconform: {exc}", returncode=4)
+    if PINNED:
+        request.config.stash[GEOMETRY] = dataclasses.asdict(PINNED[0])
     yield harness
     close()
 

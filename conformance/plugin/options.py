@@ -153,6 +153,8 @@ STATE = pytest.StashKey[State]()
 ENGINE_TIMINGS = pytest.StashKey[dict]()
 ENGINE_VERSIONS = pytest.StashKey[dict]()
 ENGINE_EVIDENCE = pytest.StashKey[dict]()
+# The one geometry a connector that declares one-geometry was judged at, for the results file.
+GEOMETRY = pytest.StashKey[dict]()
 
 
 def evidence_dir(results: Path) -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from conformance.plugin import options
 from conformance.plugin.fixtures import connector_choice
-from conformance.plugin.options import ENGINE_EVIDENCE, ENGINE_TIMINGS, ENGINE_VERSIONS, session_state
+from conformance.plugin.options import ENGINE_EVIDENCE, ENGINE_TIMINGS, ENGINE_VERSIONS, GEOMETRY, session_state
 from conformance.vocabulary import CONNECTOR_LEVELS, Level
 
 if TYPE_CHECKING:
@@ -85,6 +85,8 @@ def _supplied_server_error(item: pytest.Item) -> str | None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    from hypothesis.errors import FailedHealthCheck
+
     from conformance.verdict.asserts import ClauseViolation
     from conformance.verdict.clauses import clause_of, running
     from conformance.verdict.guard import HarnessError
@@ -98,6 +100,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         test = None  # set until the test's fixtures are torn down
     if status is Status.NOT_RUNNABLE and report.failed:
         _not_runnable(report, item, call)
+    elif status is Status.ERROR and test is not None and test.declined and _found(call.excinfo, FailedHealthCheck):
+        status = _declined_most(report, item, test.declined, connector_choice(item.config))
     elif status is Status.PASS and c is not None and c.needs_load and test is not None and not test.loaded:
         status = _not_exercised(report, item, c.id, _loaded_nothing(item.config, test.longest_asked))
     elif status is Status.PASS and test is not None and test.within and not test.coded:
@@ -139,6 +143,20 @@ def _loaded_nothing(config: pytest.Config, longest_asked: int) -> str:
     connector = connector_choice(config)
     return ("without comparing anything: the connector loaded no KV in any of its runs (it declined every lookup), "
             "so no loaded byte was checked" + advised(span_advice(connector, longest_asked), settle_advice(connector)))
+
+
+def _declined_most(report: pytest.TestReport, item: pytest.Item, declined: str, connector: Any) -> Any:
+    """Hypothesis gave up drawing because the connector, once built in this process, declined most drawn
+    configurations: Not runnable as declared, with what it said and what would let it be judged."""
+    from conformance.levels.advice import advised, geometry_advice
+    from conformance.verdict.status import Status
+
+    report.outcome = "skipped"
+    report.longrepr = (str(item.path), (item.location[1] or 0) + 1, (
+        f"{Status.NOT_RUNNABLE.value}: the connector declined most drawn examples' configurations after a pair of "
+        f"another was built in the same process (the first: {declined}), so too few could be drawn"
+        + advised(geometry_advice(connector))))
+    return Status.NOT_RUNNABLE
 
 
 def _not_exercised(report: pytest.TestReport, item: pytest.Item, clause_id: str, why: str) -> Any:
@@ -278,6 +296,8 @@ class Recorder:
                          "engine_env": results.recorded_env(dict(state.connector.engine_env) if state.connector else {}),
                          "kv_cache_dtype": opt(options.CACHE_DTYPE),
                          "model": opt(options.MODEL), "block_size": opt(options.BLOCK_SIZE),
+                         # one-geometry: the one geometry it was shown (None: every one the level draws)
+                         "geometry": self.config.stash.get(GEOMETRY, None),
                          "other_model": opt(options.OTHER_MODEL),  # the user's second checkpoint, if any
                          "engine_timings": self.config.stash.get(ENGINE_TIMINGS, None),
                          "engine_versions": self.config.stash.get(ENGINE_VERSIONS, None),

@@ -196,7 +196,7 @@ def _grid(subject: Subject, cells: list[ReportCell]) -> dict[str, Any]:
             "lmcache": next(iter(shared_lmcache), "") if shared_lmcache else "", "rows": out_rows,
             "notes": note_list,
             "summary": _summary(out_rows, note_list, [labels[c] for c in columns]) + _stack_lines(members, labels)
-            + _env_lines(members) + _supplied_lines(members),
+            + _env_lines(members) + _supplied_lines(members) + _geometry_lines(members),
             "prefill": _prefill(members, labels)}
 
 
@@ -232,6 +232,12 @@ def _supplied_lines(members: list[ReportCell]) -> list[str]:
     """One sentence per thing the suite started in the subject's place, as its cells recorded it."""
     supplied = sorted({s for cell in members for s in cell.get("supplied") or ()})
     return [f"judged with what the suite supplied in its user's place: {s}" for s in supplied]
+
+
+def _geometry_lines(members: list[ReportCell]) -> list[str]:
+    """One sentence per geometry a one-geometry subject was judged at: every other one was never shown it."""
+    judged = sorted({g for cell in members if (g := cell.get("geometry"))})
+    return [f"judged at one KV geometry only, as it declares (one-geometry): {g}" for g in judged]
 
 
 def _label(col: tuple[str, str], lmcache_axis: bool) -> str:

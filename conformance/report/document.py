@@ -50,6 +50,7 @@ class ReportCell(CellInfo, total=False):
     prefill: Prefill
     engine_env: dict[str, str]  # the environment its engines ran with, as the connector declares it
     supplied: list[str]  # what the suite started in the user's place, in words
+    geometry: str  # the one geometry a connector that declares one-geometry was judged at
     loads: dict[str, str]  # clause -> what its recorded connector-level passes loaded
     evidence: dict[str, str]  # engine role -> its log, beside the results file
     suite: SuiteBuild  # absent in cells published before it was recorded

@@ -246,6 +246,7 @@ function cellDetail(cell) {
     d.appendChild(p);
   }
   (cell.supplied || []).forEach(s => d.appendChild(el("p", {class: "supplied"}, "supplied by the suite in its user's place: " + s)));
+  if (cell.geometry) d.appendChild(el("p", {class: "geometry"}, "judged at one geometry only (it declares one-geometry): " + cell.geometry));
   if (cell.cost_line) d.appendChild(el("p", {class: "cost"}, "cost: " + cell.cost_line));
   const seconds = cell.clause_s || {}, charged = cell.clause_roles_s || {};
   const t = el("table"), h = el("tr");
@@ -309,7 +310,7 @@ def page_data(matrix: MatrixReport) -> dict[str, Any]:
         return index[text]
 
     keep = ("id", "tier", "level", "coordinates", "statuses", "verdict", "command", "wall_s", "evidence", "supplied",
-            "loads")
+            "geometry", "loads")
     package_sets: list[dict[str, str]] = []
     cells = [{**{k: row[k] for k in keep if k in row},
               "messages": {clause: ref(m) for clause, m in (c.get("messages") or {}).items() if m},

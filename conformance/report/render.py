@@ -91,6 +91,9 @@ def matrix_document(docs: list[ResultsDocument]) -> MatrixReport:
             **({"engine_env": e} if (e := (doc.get("connector") or {}).get("engine_env")) else {}),
             # what the suite started in the user's place (LMCache's server), in words
             **({"supplied": u} if (u := (doc.get("connector") or {}).get("supplied")) else {}),
+            # the one geometry a one-geometry connector was shown
+            **({"geometry": ", ".join(f"{k}={v}" for k, v in g.items())}
+               if (g := (doc.get("connector") or {}).get("geometry")) else {}),
             # per clause, what its recorded connector-level passes loaded (the results' evidence)
             **({"loads": e} if (e := load_evidence(doc["tests"])) else {}),
             # each engine role's log, kept beside the results file (relative to its folder)

@@ -414,6 +414,9 @@ class RunningTest:
     passes: list[PassRecord] = field(default_factory=list)
     observed: str = ""  # what the workload did (prompts evicted, local hits), recorded with a Pass
     longest_asked: int = 0  # the longest prompt the connector was asked about, in tokens (its lookups)
+    # Why the connector refused the first drawn example it declined after a pair of another configuration
+    # was built in the same process (a block size, a dtype): one that declines most takes one geometry.
+    declined: str = ""
 
 
 # Set by the plugin around each clause test (pytest runs one test at a time per process, and
@@ -441,10 +444,18 @@ def count_example() -> None:
 
 
 def observe(note: str) -> None:
-    """Record what the running clause's workload did, for its results entry (a Pass has no message)."""
+    """Record what the running clause's workload did (or left out), for its results entry (a Pass has
+    no message); each note once, after the ones before it."""
     test = _RUNNING.get()
-    if test is not None:
-        test.observed = note
+    if test is not None and note not in test.observed:
+        test.observed = f"{test.observed}; {note}" if test.observed else note
+
+
+def note_declined(why: str) -> None:
+    """Record why the connector declined a drawn example's configuration (the first such, per test)."""
+    test = _RUNNING.get()
+    if test is not None and not test.declined:
+        test.declined = why
 
 
 def count_load(tokens: float) -> None:

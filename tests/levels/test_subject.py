@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.levels.diagnosis import refuses_platform
-from conformance.levels.subject import (
+from conformance.levels.capabilities import (
     CONNECTOR_CAPABILITIES,
-    ConnectorChoice,
     implied,
-    offloading_worker,
     parse_capabilities,
     parse_capacity,
     parse_min_span,
     span_pad,
 )
+from conformance.levels.diagnosis import refuses_platform
+from conformance.levels.subject import ConnectorChoice, offloading_worker
 from conformance.verdict.clauses import CLAUSES, disabled_reason
 from conformance.verdict.guard import HarnessError
 
@@ -66,6 +65,7 @@ def test_the_suites_offloading_worker_is_said_where_a_suite_spec_is_named():
 def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
     assert parse_capabilities("persistent, lossy=0.05") == (frozenset({"persistent", "lossy"}), 0.05)
     assert parse_capabilities("") == (frozenset(), None)
+    assert parse_capabilities("persistent,one-geometry") == (frozenset({"persistent", "one-geometry"}), None)
     with pytest.raises(ValueError, match="unknown capability 'persistant'; valid: persistent"):
         parse_capabilities("persistant")
     with pytest.raises(ValueError, match="lossy='x' is not a number"):
@@ -77,7 +77,7 @@ def test_capabilities_are_declared_and_an_unknown_one_lists_the_valid():
     with pytest.raises(ValueError, match="must be a positive tolerance"):
         parse_capabilities("lossy=-1")
     assert set(CONNECTOR_CAPABILITIES) == {"persistent", "lossy", "pd", "cache", "stats", "events", "hma",
-                                            "capacity", "own-server", "min-span", "settle"}
+                                            "capacity", "own-server", "min-span", "settle", "one-geometry"}
 
 
 def test_cross_engine_clauses_are_disabled_for_a_cache_inside_its_engine():
@@ -236,7 +236,7 @@ def test_a_daemon_backed_connector_gets_a_namespace_private_to_each_run():
 
 
 def test_a_settle_delay_is_declared_in_seconds_and_bounded():
-    from conformance.levels.subject import MAX_SETTLE_S, parse_settle
+    from conformance.levels.capabilities import MAX_SETTLE_S, parse_settle
 
     assert ConnectorChoice.parse("X", capabilities="persistent,settle=1.5").settle_s == 1.5
     assert parse_settle("persistent") == 0 and ConnectorChoice.parse("X").settle_s == 0

@@ -82,6 +82,26 @@ def test_what_the_suite_supplied_is_said_under_the_subjects_grid(tmp_path):
     assert not any("supplied" in line for line in subjects["ExampleConnector"]["summary"])
 
 
+def test_the_one_geometry_a_connector_was_judged_at_is_said(tmp_path):
+    """A one-geometry connector's cell says under its subject's grid and in its cell detail which
+    geometry it was judged at; a cell that declares none says nothing of the kind."""
+    out = tmp_path / "results"
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass", connector="LMCacheMPConnector")
+    path = next(out.glob("*.json"))
+    doc = json.loads(path.read_text())
+    doc["connector"]["geometry"] = {"block_size": 32, "kv_cache_dtype": "auto", "layout": "LBHNC"}
+    results.write(path, doc)
+    write_stack_cell(out, "0.32.0", "0.5.6", "Pass")
+    matrix = report.render(out, tmp_path / "out")
+    subjects = {s["name"]: s for s in matrix["answers"]["subjects"]}
+    said = "judged at one KV geometry only, as it declares (one-geometry): block_size=32, kv_cache_dtype=auto, layout=LBHNC"
+    assert said in subjects["LMCacheMPConnector"]["summary"]
+    assert not any("geometry" in line for line in subjects["ExampleConnector"]["summary"])
+    (cell,) = [c for c in matrix["cells"] if c.get("geometry")]
+    assert cell["geometry"] == "block_size=32, kv_cache_dtype=auto, layout=LBHNC"
+    assert "block_size=32, kv_cache_dtype=auto, layout=LBHNC" in (tmp_path / "out" / "index.html").read_text()
+
+
 def test_a_cells_engine_logs_are_linked_where_the_report_reaches_them(tmp_path):
     """Each engine role's log, kept beside the results (connector.engine_evidence), is linked from the
     cell's detail and its problems when the report sits beside its results; a copy elsewhere links none."""

@@ -22,6 +22,7 @@ from conformance.levels.connector.runs import (
 )
 from conformance.levels.diagnosis import cannot_run_here, missing_dependency, refuses_platform
 from conformance.verdict.asserts import ClauseViolation
+from conformance.verdict.clauses import note_declined
 from conformance.verdict.guard import HarnessError
 from conformance.verdict.status import not_runnable
 
@@ -45,6 +46,7 @@ def connector_faults_fail(clause_id: str, context: str = "",
     except NotBuilt as exc:
         _raise_if_missing_dependency(exc)
         if built_here():  # built here before: it declines this example's configuration (a block size)
+            note_declined(str(exc))
             reject()
         not_runnable(f"{cannot_run_here('the connector', str(exc))}")
     except ConnectorRaised as exc:

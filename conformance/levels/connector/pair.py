@@ -15,6 +15,7 @@ import torch
 from conformance.contract.spec import resolve_kv_cache_dtype
 from conformance.levels.connector.bench import Bench, hook, setup
 from conformance.levels.connector.eras import Era, EraUnavailable
+from conformance.levels.connector.geometry import Geometry, within_pin
 from conformance.levels.connector.ledger import WAITING_FOR_LOAD, Ledger
 from conformance.levels.connector.runs import (
     SAMPLED_TOKEN,
@@ -55,14 +56,14 @@ class Pair:
                  storage: str, model: Path | None = None, scheduling: Mapping[str, int] | None = None,
                  num_blocks: int | None = None, role: str | None = None, serves: frozenset[str] = frozenset(),
                  model_dtype: str | None = None) -> None:
+        within_pin(Geometry(block_size, kv_cache_dtype, layout), model_dtype)
         if "events" in bench.connector.capabilities:  # an engine whose operator turned KV events on
             serves |= {"events"}
         self.bench, era = bench, bench.era
         self.kv_cache_dtype, self.layout = kv_cache_dtype, layout
         model = model or bench.model
         transfer = bench.connector.transfer_config(dict(bench.extra_config), str(bench.workdir / storage),
-                                                   model=model,
-                                                   role=role)
+                                                   model=model, role=role)
         self.config = config = setup("configuring vLLM with the connector", lambda: era.make_config(
             model=str(model), transfer=transfer, kv_cache_dtype=kv_cache_dtype, layout=layout,
             block_size=block_size, scheduling=scheduling, serves=serves, model_dtype=model_dtype))

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from conformance.contract.spec import SAME_WIDTH_TWINS, resolve_kv_cache_dtype
 from conformance.contract.strategies import active_kv_cache_dtypes, bits_dtype, raw_bit_patterns
+from conformance.levels.connector.geometry import PINNED, kv_dtype, scenario_block
 from conformance.verdict.status import not_runnable
 
 if TYPE_CHECKING:
@@ -28,9 +29,7 @@ if TYPE_CHECKING:
 CPU_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # kv_cache_dtype twins the CPU backend allocates: same width, another element format.
 TWINS = {dtype: twin for dtype, twin in SAME_WIDTH_TWINS.items() if {dtype, twin} <= set(CPU_KV_CACHE_DTYPES)}
-BLOCK_SIZES = (16, 32)
 MAX_PROMPT_BLOCKS = 5  # the longest prompt a drawn example asks for, in blocks of its block size
-SCENARIO_BLOCK = 16  # the scenarios' block size: the smallest the level draws, the most blocks per prompt
 UNIQUE_PREFIX = 2  # tokens that make every example's prompts its own
 # What every prompt is lengthened by for a connector that declares min-span=TOKENS (its span in whole
 # SPAN_UNITs: the largest block size the level runs, so no prompt moves against a block boundary);
@@ -46,7 +45,10 @@ FELL_BACK: set[str] = set()  # dtypes vLLM runs as another here (session.probe_f
 
 def axis_dtypes() -> list[str]:
     """The CPU dtype axis, narrowed by ``--kv-cache-dtypes`` when given, without the dtypes vLLM
-    runs as another on this platform (no such KV cache exists to judge)."""
+    runs as another on this platform (no such KV cache exists to judge); the pinned one alone for a
+    one-geometry connector."""
+    if PINNED:
+        return [PINNED[0].kv_cache_dtype]
     axis = [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()] or list(CPU_KV_CACHE_DTYPES)
     return [d for d in axis if d not in FELL_BACK]
 
@@ -136,6 +138,6 @@ def filler(data: st.DataObject, kv_cache_dtype: str) -> Callable[[torch.Tensor, 
 
 def scenario_lifetime(api: ConnectorHarness, phases: list[Phase], **knobs: Any) -> list[Run]:
     """One connector pair's lifetime over fresh storage, in the scenarios' block size, the default
-    kv_cache_dtype and the first layout the installed vLLM allocates."""
-    return api.lifetime(kv_cache_dtype="auto", layout=api.era.layouts()[0], block_size=SCENARIO_BLOCK,
+    kv_cache_dtype (or the pinned geometry's) and the first layout the installed vLLM allocates."""
+    return api.lifetime(kv_cache_dtype=kv_dtype("auto"), layout=api.era.layouts()[0], block_size=scenario_block(),
                         phases=phases, storage=f"scenario-{uuid.uuid4().hex[:12]}", **knobs)

@@ -7,19 +7,25 @@ import os
 from pathlib import Path
 from typing import Any, Callable, cast
 
+from conformance.levels.capabilities import span_pad
 from conformance.levels.connector.eras import Era, select_era
+from conformance.levels.connector.geometry import PINNED, Geometry
 from conformance.levels.connector.harness import ConnectorHarness
-from conformance.levels.connector.scenarios import FELL_BACK, axis_dtypes
+from conformance.levels.connector.scenarios import (
+    FELL_BACK,
+    axis_dtypes,
+)
 from conformance.levels.services import LMCacheService
-from conformance.levels.subject import ConnectorChoice, span_pad
+from conformance.levels.subject import ConnectorChoice
 
 LMCACHE_CHUNK_SIZE = 64  # a multiple of every block size the level draws
 
 
 def open_harness(connector: ConnectorChoice, model: str, workdir: Path, timeout_s: float,
-                 other_model: Path | None = None) -> tuple[ConnectorHarness, Callable[[], None]]:
+                 other_model: Path | None = None, block_size: int = 32) -> tuple[ConnectorHarness, Callable[[], None]]:
     """The harness and what closes it; EraUnavailable when no shim covers the installed vLLM.
-    ``other_model``: the other checkpoint the user gave (``--kv-other-model``)."""
+    ``other_model``: the other checkpoint the user gave (``--kv-other-model``); ``block_size``: the
+    engine level's (``--kv-block-size``), the one a one-geometry connector is judged at."""
     from conformance.levels.connector import scenarios
     from conformance.levels.engine.models import materialise
 
@@ -56,6 +62,7 @@ def open_harness(connector: ConnectorChoice, model: str, workdir: Path, timeout_
 
     era = _with_required_layout(era, connector, model_dir, workdir, extra)
     probe_fallbacks(era, connector, model_dir, workdir, extra)
+    era = _one_geometry(era, connector, block_size)
     return ConnectorHarness(era, connector, model_dir, workdir, timeout_s=timeout_s, extra_config=extra,
                             lose_remote=lose, retrained=_other_checkpoint(model, other_model),
                             supplied_error=service.error if service is not None else None), close
@@ -91,9 +98,10 @@ def _other_checkpoint(model: str, given: Path | None) -> Callable[[], Path] | No
     return None if Path(model).is_dir() else functools.partial(materialise, model, retrained=1)
 
 
-class _RequiredLayout:
-    """The era, offering only the KV cache layout the connector requires: the only one vLLM would
-    allocate for it (``get_required_kvcache_layout``), so no drawn example is spent on another."""
+class _OneLayout:
+    """The era, offering one KV cache layout only: the one the connector requires, the only one vLLM
+    would allocate for it (``get_required_kvcache_layout``), so no drawn example is spent on another;
+    or the one a one-geometry connector is judged in."""
 
     def __init__(self, era: Era, layout: str) -> None:
         self._era, self._layout = era, layout
@@ -118,7 +126,19 @@ def _with_required_layout(era: Era, connector: ConnectorChoice, model: Path, wor
         return era
     if required is None or required not in era.layouts():
         return era
-    return cast(Era, _RequiredLayout(era, required))
+    return cast(Era, _OneLayout(era, required))
+
+
+def _one_geometry(era: Era, connector: ConnectorChoice, block_size: int) -> Era:
+    """For a connector that declares one-geometry (a daemon that sizes its slots once): pin the level to
+    the engine level's block size, the first kv_cache_dtype of the axis and the first layout (``PINNED``),
+    and ``era`` narrowed to that layout; for any other, ``era`` as it is."""
+    PINNED.clear()
+    if "one-geometry" not in connector.capabilities:
+        return era
+    layout = era.layouts()[0]
+    PINNED.append(Geometry(block_size, (axis_dtypes() or ["auto"])[0], layout))
+    return cast(Era, _OneLayout(era, layout))
 
 
 def probe_fallbacks(era: Era, connector: ConnectorChoice, model: Path, workdir: Path, extra: dict[str, Any]) -> None:

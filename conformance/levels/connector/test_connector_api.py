@@ -22,14 +22,20 @@ from hypothesis import strategies as st
 from conformance.contract.strategies import MODEL_DTYPE_TWINS, active_kv_cache_dtypes
 from conformance.levels.advice import advised, settle_advice
 from conformance.levels.connector import checks
+from conformance.levels.connector.geometry import (
+    block,
+    block_sizes,
+    kv_dtype,
+    one_geometry_refuses,
+    scenario_block,
+    second_geometry,
+)
 from conformance.levels.connector.outcomes import connector_faults_fail as _connector_faults_fail
 from conformance.levels.connector.outcomes import where as _where
 from conformance.levels.connector.pair import DRAIN_S
 from conformance.levels.connector.runs import ConnectorRaised, LayoutRefused, NotBuilt, Phase, Run
 from conformance.levels.connector.scenarios import (
-    BLOCK_SIZES,
     MAX_PROMPT_BLOCKS,
-    SCENARIO_BLOCK,
     SPAN,
     TWINS,
     UNIQUE_PREFIX,
@@ -55,7 +61,7 @@ def _costly(test):
 
 
 def _draw_case(data: st.DataObject, api, *, dtypes=(), min_len: int = 1, min_neighbour_len: int = 1):
-    block_size = data.draw(st.sampled_from(BLOCK_SIZES), label="block_size")
+    block_size = data.draw(st.sampled_from(block_sizes()), label="block_size")
     dtype = data.draw(kv_cache_dtypes(dtypes), label="kv_cache_dtype")
     layout = data.draw(st.sampled_from(api.era.layouts()), label="layout")
     ps = data.draw(prompts(vocab_size=api.vocab_size, max_len=MAX_PROMPT_BLOCKS * block_size, min_len=min_len,
@@ -142,6 +148,8 @@ def _across_block_sizes(api) -> None:
     the block it sits in, so what loads is right token by token (or nothing loads); never bytes laid
     out for the other geometry."""
     cid = "api_save_load_roundtrip"
+    if not second_geometry("the round trip from a pair of 16-token blocks to a fresh pair of 32-token blocks"):
+        return
     ps = unique_prompts(api.vocab_size, 4 * 32 + 5, seed=70)
     storage, layout = f"geometry-{uuid.uuid4().hex[:12]}", api.era.layouts()[0]
     context = ("a prompt stored by a connector pair of 16-token blocks, then asked for by a fresh pair of 32-token "
@@ -166,7 +174,7 @@ def _every_dtype_once(api) -> None:
         context = f"the explicit example for kv_cache_dtype={dtype} (every dtype of the axis runs once): "
         try:
             with _connector_faults_fail(cid, context, declined=(NotBuilt, LayoutRefused)):
-                store, load = _store_and_load(api, (seeded_fill(seed), seeded_fill(seed + 100)), block_size=16,
+                store, load = _store_and_load(api, (seeded_fill(seed), seeded_fill(seed + 100)), block_size=block(16),
                                               layout=api.era.layouts()[0], stored=ps.stored, load=ps.stored,
                                               dtype=dtype, neighbour=ps.neighbour)
         except (NotBuilt, LayoutRefused):  # a dtype it declines, as a drawn example of it is rejected
@@ -180,8 +188,8 @@ def _loads_something(api) -> Run:
     ps = unique_prompts(api.vocab_size, 8 * 32 + 1, seed=1)
     prompt = ps.stored
     with _connector_faults_fail(cid):
-        store, load = _store_and_load(api, (seeded_fill(1), seeded_fill(2)), block_size=32,
-                                      layout=api.era.layouts()[0], stored=prompt, load=prompt, dtype="auto",
+        store, load = _store_and_load(api, (seeded_fill(1), seeded_fill(2)), block_size=block(32),
+                                      layout=api.era.layouts()[0], stored=prompt, load=prompt, dtype=kv_dtype("auto"),
                                       neighbour=ps.neighbour)
     if load.external_tokens.get("load", 0) <= 0:
         raise ClauseViolation(cid, f"the second connector pair loaded nothing for a {len(prompt)}-token prompt "
@@ -207,7 +215,7 @@ def _why_nothing_loaded(connector: ConnectorChoice, store: Run, load: Run) -> st
 # One prompt's KV per layer past 16 MiB: where value-size caps, message frames, chunking and 32-bit
 # length fields start to bite (a real model's LMCache chunk is megabytes per layer; the drawn
 # examples stay under 512 KiB), prefilled in one step, in the largest block size of these that the
-# connector accepts (LMCache's chunk must be a multiple of it).
+# connector accepts (LMCache's chunk must be a multiple of it); a one-geometry connector's own.
 LARGE_LAYER_BYTES = 16 << 20
 LARGE_BLOCK_SIZES = (64, 32, 16)
 
@@ -221,7 +229,7 @@ def _loads_a_large_payload(api, probe: Run) -> None:
         return  # a bounded cache that declares it holds less evicts the payload whole: a miss is its right
     layer = next(iter(probe.caches.values()))
     token_bytes = layer.numel() * layer.element_size() // (probe.num_blocks * probe.block_size)
-    for block_size in LARGE_BLOCK_SIZES:
+    for block_size in block_sizes(LARGE_BLOCK_SIZES):
         # past the size mid-block, as drawn prompts end (ExampleConnector misses a prompt one token
         # past a block boundary: api_partial_prefix's finding, not this probe's)
         tokens = LARGE_LAYER_BYTES // token_bytes + block_size // 2
@@ -235,7 +243,7 @@ def _loads_a_large_payload(api, probe: Run) -> None:
         except NotBuilt:  # it declines this block size (it was built for the probe): the next one
             continue
     else:
-        not_runnable(f"the connector declines every block size of {LARGE_BLOCK_SIZES}")
+        not_runnable(f"the connector declines every block size of {block_sizes(LARGE_BLOCK_SIZES)}")
     if load.external_tokens.get("load", 0) <= 0:
         # A cache bounded below the payload (a quota it keeps to itself, declared or not) may miss it:
         # a miss is never wrong bytes. What it does load is held to the bytes saved.
@@ -249,7 +257,7 @@ def _large_round_trip(api, prompt: list[int], block_size: int) -> tuple[Run, Run
     blocks = -(-len(prompt) // block_size) + 2
     knobs = {"max_model_len": blocks * block_size, "max_num_batched_tokens": blocks * block_size}
     storage = f"large-{uuid.uuid4().hex[:12]}"
-    runs = [api.lifetime(kv_cache_dtype="auto", layout=api.era.layouts()[0], block_size=block_size,
+    runs = [api.lifetime(kv_cache_dtype=kv_dtype("auto"), layout=api.era.layouts()[0], block_size=block_size,
                          phases=[Phase([(rid, prompt)], seeded_fill(seed))], storage=storage, scheduling=knobs,
                          num_blocks=blocks)[0] for rid, seed in (("stored", 3), ("load", 4))]
     return runs[0], runs[1]
@@ -287,8 +295,8 @@ def test_same_engine_roundtrip(connector_api):
     cid = "api_same_engine_roundtrip"
     ps = unique_prompts(connector_api.vocab_size, 8 * 32 + 1, seed=5)
     with _connector_faults_fail(cid):
-        store, load = _same_engine(connector_api, (seeded_fill(5), seeded_fill(6)), block_size=32,
-                                   layout=connector_api.era.layouts()[0], ps=ps, dtype="auto")
+        store, load = _same_engine(connector_api, (seeded_fill(5), seeded_fill(6)), block_size=block(32),
+                                   layout=connector_api.era.layouts()[0], ps=ps, dtype=kv_dtype("auto"))
     if load.external_tokens.get("load", 0) <= 0:
         raise ClauseViolation(cid, f"the connector pair given a {len(ps.stored)}-token prompt to save loaded nothing "
                                    f"for it once its blocks were freed {_where(load, 'probe')}: "
@@ -330,56 +338,64 @@ def test_no_collateral_writes(connector_api, data):
                                    f"{_where(load, 'load run')}: " + "; ".join(foreign))
 
 
-# Prompts at a stored prompt's block edges: (shared tokens, asked-for tokens) against a stored
-# prompt of EDGE_BLOCKS whole blocks of SCENARIO_BLOCK, longer than two of the chunks a chunked
-# store keeps whole (the suite's LMCache server chunks by LMCACHE_CHUNK_SIZE), so each has KV to
-# load. The next turn of a chat extends a prompt by a few tokens; one token past a whole block is
-# where a lookup and a load that round a prompt's length to blocks differently part
-# (ExampleConnector looks up the prompt less its last token, but loads the whole prompt's blocks:
-# it claims a folder, then opens one never written).
-EDGE_BLOCKS = 2 * LMCACHE_CHUNK_SIZE // SCENARIO_BLOCK + 1
-_EDGE = EDGE_BLOCKS * SCENARIO_BLOCK
-EDGES = ((_EDGE, _EDGE + 1),  # the stored prompt and one token more
-         (_EDGE - SCENARIO_BLOCK + 3, _EDGE + 1),  # one token past its blocks, diverging in its last block
-         (_EDGE - SCENARIO_BLOCK, _EDGE),  # diverging at a block edge
-         (_EDGE - 1, _EDGE - 1))  # the stored prompt less its last token
-# Near misses (#53): the stored prompt itself, but for one token or one block, early, in the middle
-# or late (``Prompts.twin``; a negative position counts from the end). A key that skips or samples
-# part of the prompt serves it the stored prompt's KV. (position, width, what changed)
-PROMPT_TWINS = ((0, 1, "its first token"), (2 * SCENARIO_BLOCK, SCENARIO_BLOCK, "its third block"),
-                (-2, 1, "its next-to-last token"))
+def _edge(block_size: int) -> int:
+    """The length of the stored prompt of the edges: whole blocks, longer than two of the chunks a
+    chunked store keeps whole (the suite's LMCache server chunks by LMCACHE_CHUNK_SIZE), so each
+    prompt asked at its edges has KV to load."""
+    return (2 * LMCACHE_CHUNK_SIZE // block_size + 1) * block_size
+
+
+def _edges(block_size: int) -> tuple[tuple[int, int], ...]:
+    """Prompts at a stored prompt's block edges: (shared tokens, asked-for tokens). The next turn of a
+    chat extends a prompt by a few tokens; one token past a whole block is where a lookup and a load
+    that round a prompt's length to blocks differently part (ExampleConnector looks up the prompt less
+    its last token, but loads the whole prompt's blocks: it claims a folder, then opens one never written)."""
+    edge = _edge(block_size)
+    return ((edge, edge + 1),  # the stored prompt and one token more
+            (edge - block_size + 3, edge + 1),  # one token past its blocks, diverging in its last block
+            (edge - block_size, edge),  # diverging at a block edge
+            (edge - 1, edge - 1))  # the stored prompt less its last token
+
+
+def _prompt_twins(block_size: int) -> tuple[tuple[int, int, str], ...]:
+    """Near misses (#53): the stored prompt itself, but for one token or one block, early, in the middle
+    or late (``Prompts.twin``; a negative position counts from the end). A key that skips or samples
+    part of the prompt serves it the stored prompt's KV. (position, width, what changed)"""
+    return ((0, 1, "its first token"), (2 * block_size, block_size, "its third block"),
+            (-2, 1, "its next-to-last token"))
 
 
 @clause("api_partial_prefix")
 def test_partial_prefix(connector_api):
-    for i, (shared, length) in enumerate(EDGES):
+    bs = scenario_block()
+    for i, (shared, length) in enumerate(_edges(bs)):
         ps = _edge_prompts(connector_api, seed=90 + i)
         # The declared min span lengthens every prompt by whole blocks: the edges stay edges.
         k = shared + SPAN[0]
         asked = ps.diverging(k, length - shared)[: length + SPAN[0]]
         _ask_partial(connector_api, ps, asked, k, seed=90 + i,
                      context=f"a {len(asked)}-token prompt sharing its first {k} tokens with a stored "
-                             f"{len(ps.stored)}-token one (blocks of {SCENARIO_BLOCK}): ")
-    for i, (position, width, where) in enumerate(PROMPT_TWINS):
+                             f"{len(ps.stored)}-token one (blocks of {bs}): ")
+    for i, (position, width, where) in enumerate(_prompt_twins(bs)):
         ps = _edge_prompts(connector_api, seed=80 + i)
         position = position if position >= 0 else len(ps.stored) + position
         _ask_partial(connector_api, ps, ps.twin(position, width), position, seed=80 + i,
                      context=f"the stored {len(ps.stored)}-token prompt with {where} changed (tokens {position}.."
-                             f"{position + width - 1}; blocks of {SCENARIO_BLOCK}), sharing its first {position} tokens: ")
+                             f"{position + width - 1}; blocks of {bs}), sharing its first {position} tokens: ")
     _partial_prefix_examples(connector_api)
 
 
 def _edge_prompts(api, *, seed: int):
     """A stored prompt of the edges' length and its neighbour."""
-    return unique_prompts(api.vocab_size, _EDGE - UNIQUE_PREFIX, 2 * SCENARIO_BLOCK, seed=seed)
+    return unique_prompts(api.vocab_size, _edge(scenario_block()) - UNIQUE_PREFIX, 2 * scenario_block(), seed=seed)
 
 
 def _ask_partial(api, ps, asked: list[int], k: int, *, seed: int, context: str) -> None:
     """``ps.stored`` stored, then ``asked`` (which shares its first ``k`` tokens) loaded: at most those."""
     cid = "api_partial_prefix"
     with _connector_faults_fail(cid, context):
-        store, load = _store_and_load(api, (seeded_fill(seed), seeded_fill(seed + 5)), block_size=SCENARIO_BLOCK,
-                                      layout=api.era.layouts()[0], stored=ps.stored, load=asked, dtype="auto",
+        store, load = _store_and_load(api, (seeded_fill(seed), seeded_fill(seed + 5)), block_size=scenario_block(),
+                                      layout=api.era.layouts()[0], stored=ps.stored, load=asked, dtype=kv_dtype("auto"),
                                       neighbour=ps.neighbour, control=True)
     _only_the_shared_prefix(cid, store, load, k, len(ps.stored), context)
 
@@ -413,19 +429,17 @@ def _only_the_shared_prefix(cid: str, store: Run, load: Run, k: int, stored: int
                                    + "; ".join(problems))
 
 
-# Batch-mates that are near misses of each other (#53): a prompt and its twin but for its first token
-# (no prefix shared: every block of one in the other's place), or its last block (all but it shared),
-# admitted in one step. A key that skips or samples part of a prompt files both under one name.
-BATCH_TWINS = ((0, 1, "their first token"), (-SCENARIO_BLOCK, SCENARIO_BLOCK, "their last block"))
-
-
 @clause("api_concurrent_loads")
 def test_concurrent_loads(connector_api):
-    for i, (position, width, where) in enumerate(BATCH_TWINS):
+    # Batch-mates that are near misses of each other (#53): a prompt and its twin but for its first token
+    # (no prefix shared: every block of one in the other's place), or its last block (all but it shared),
+    # admitted in one step. A key that skips or samples part of a prompt files both under one name.
+    bs = scenario_block()
+    for i, (position, width, where) in enumerate(((0, 1, "their first token"), (-bs, bs, "their last block"))):
         ps = _edge_prompts(connector_api, seed=60 + i)
         position = position if position >= 0 else len(ps.stored) + position
         _load_together(connector_api, [("first", ps.stored), ("twin", ps.twin(position, width))],
-                       (seeded_fill(60 + i), seeded_fill(65 + i)), block_size=SCENARIO_BLOCK, dtype="auto",
+                       (seeded_fill(60 + i), seeded_fill(65 + i)), block_size=bs, dtype=kv_dtype("auto"),
                        layout=connector_api.era.layouts()[0],
                        context=f"two {len(ps.stored)}-token prompts that differ only in {where} (tokens {position}.."
                                f"{position + width - 1}), admitted in one step: ")
@@ -437,7 +451,7 @@ def test_concurrent_loads(connector_api):
 @given(data=st.data())
 def _concurrent_examples(connector_api, data):
     # Both prompts span whole blocks of every block size, so each has KV to load in every example.
-    span = max(BLOCK_SIZES)
+    span = max(block_sizes())
     block_size, dtype, layout, ps = _draw_case(data, connector_api, min_len=span, min_neighbour_len=span)
     _load_together(connector_api, [("first", ps.stored), ("second", ps.neighbour)], _drawn_fills(data, dtype),
                    block_size=block_size, dtype=dtype, layout=layout)
@@ -466,13 +480,13 @@ def _load_together(api, batch: list[tuple[str, list[int]]], fills, *, block_size
 
 
 def _stored_then_damaged(api, cid: str, dtype: str, how: str, *, seeds: tuple[int, int, int]):
-    """A 257-token prompt stored (block size 32, the first layout) and asked for again intact, then
+    """A 257-token prompt stored (block size 32 or the pinned one, the first layout) and asked for again intact, then
     what the store run left damaged ``how`` (``ConnectorHarness.damage``): (the store run, what the
     suite did, the load run of the prompt over the damaged storage, to call, the tokens the intact
     load loaded). Not runnable when the suite cannot reach the storage; the load run's exceptions
     are the caller's to judge. ``seeds``: the prompts' and the two fills'."""
-    block_size, layout = 32, api.era.layouts()[0]
-    ps = unique_prompts(api.vocab_size, 8 * block_size + 1, seed=seeds[0])
+    block_size, layout = block(32), api.era.layouts()[0]
+    ps = unique_prompts(api.vocab_size, 8 * 32 + 1, seed=seeds[0])
     storage = f"damaged-{uuid.uuid4().hex[:12]}"
     with _connector_faults_fail(cid):
         store = api.run(kv_cache_dtype=dtype, layout=layout, block_size=block_size,
@@ -510,6 +524,8 @@ def test_damaged_storage(connector_api, dtype):
     cid = "api_damaged_storage"
     if dtype not in active_kv_cache_dtypes():
         pytest.skip(f"kv_cache_dtype {dtype} is not in --kv-cache-dtypes")
+    if kv_dtype(dtype) != dtype:
+        one_geometry_refuses(f"storage written with kv_cache_dtype={dtype}, another geometry")
     store, how, load_again, intact = _stored_then_damaged(connector_api, cid, dtype, "flip_middle", seeds=(2, 3, 4))
     try:
         load = load_again()
@@ -528,6 +544,7 @@ def test_damaged_storage(connector_api, dtype):
 
 @clause("api_format_isolation")
 def test_format_isolation(connector_api):
+    one_geometry_refuses("two formats (kv_cache_dtypes, or model dtypes under auto) over one storage")
     twins = [d for d in TWINS if d in active_kv_cache_dtypes()]
     if not twins and "auto" not in active_kv_cache_dtypes():
         pytest.skip("no kv_cache_dtype with a twin format in --kv-cache-dtypes")
@@ -543,7 +560,7 @@ def _model_dtype_twins(api, evidence: dict[str, bool]) -> None:
     so the model served as bf16 and as fp16 (or fp32) writes other bytes under one config string. A
     pair of each twin over the same storage: the second loads nothing or reports the load failed."""
     cid = "api_format_isolation"
-    block_size, layout = SCENARIO_BLOCK, api.era.layouts()[0]
+    block_size, layout = scenario_block(), api.era.layouts()[0]
     for i, (first, second) in enumerate(MODEL_DTYPE_TWINS):
         ps = _edge_prompts(api, seed=40 + i)
         storage = f"model-dtype-{uuid.uuid4().hex[:12]}"
@@ -584,7 +601,7 @@ def _judge_twin_load(cid: str, load: Run, block_size: int, evidence: dict[str, b
 def _format_isolation_examples(connector_api, twins, evidence, data):
     cid = "api_format_isolation"
     block_size, dtype, layout, ps = _draw_case(data, connector_api, dtypes=twins,
-                                               min_len=2 * max(BLOCK_SIZES))
+                                               min_len=2 * max(block_sizes()))
     twin = TWINS[dtype]
     case = dict(block_size=block_size, layout=layout, stored=ps.stored, load=ps.stored, dtype=dtype,
                 neighbour=ps.neighbour)
@@ -605,18 +622,19 @@ def test_model_isolation(connector_api):
     other = connector_api.retrained()
     ps = unique_prompts(connector_api.vocab_size, 4 * 16 + 5, seed=80)
     storage, layout = f"models-{uuid.uuid4().hex[:12]}", connector_api.era.layouts()[0]
+    bs, dtype = block(16), kv_dtype("auto")
     context = ("a prompt stored by an engine of the model, then asked for by an engine of another checkpoint of it "
                f"({other.name}: the same architecture, other weights, another directory) over the same storage: ")
     with _connector_faults_fail(cid, context):
-        store = connector_api.run(kv_cache_dtype="auto", layout=layout, block_size=16,
+        store = connector_api.run(kv_cache_dtype=dtype, layout=layout, block_size=bs,
                                   requests=[("stored", ps.stored)], fill=seeded_fill(80), storage=storage)
-        crossed = connector_api.run(kv_cache_dtype="auto", layout=layout, block_size=16,
+        crossed = connector_api.run(kv_cache_dtype=dtype, layout=layout, block_size=bs,
                                     requests=[("other-model", ps.stored)], fill=seeded_fill(81), storage=storage,
                                     model=other)
-        again = connector_api.run(kv_cache_dtype="auto", layout=layout, block_size=16,
+        again = connector_api.run(kv_cache_dtype=dtype, layout=layout, block_size=bs,
                                   requests=[("load", ps.stored)], fill=seeded_fill(82), storage=storage)
     n = crossed.external_tokens.get("other-model", 0)
-    if n > 0 and not set(crossed.blocks.get("other-model", ())[: -(-n // 16)]) <= crossed.load_errors:
+    if n > 0 and not set(crossed.blocks.get("other-model", ())[: -(-n // bs)]) <= crossed.load_errors:
         raise ClauseViolation(cid, f"{context}it loaded {n} tokens of the first model's KV: another model's weights "
                                    "give every layer other K and V, so its requests are served wrong KV. Key stored "
                                    "KV by the model too (the served model's name or path, as vLLM's config gives it "
@@ -630,7 +648,8 @@ def test_model_isolation(connector_api):
 @clause("api_load_errors_reported")
 def test_load_errors_reported(connector_api):
     cid = "api_load_errors_reported"
-    stored, how, load_again, intact = _stored_then_damaged(connector_api, cid, "auto", "truncate", seeds=(33, 33, 34))
+    stored, how, load_again, intact = _stored_then_damaged(connector_api, cid, kv_dtype("auto"), "truncate",
+                                                           seeds=(33, 33, 34))
     context = f"after the suite {how}, "
     with _connector_faults_fail(cid, context + "instead of reporting the blocks it could not read "
                                                "(get_block_ids_with_load_errors), which in an engine kills the worker: "):

@@ -15,11 +15,11 @@ from typing import Collection
 from conformance.levels.advice import advised, settle_advice
 from conformance.levels.connector import checks
 from conformance.levels.connector.eras.base import Image
+from conformance.levels.connector.geometry import scenario_block
 from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.connector.outcomes import connector_faults_fail, where
 from conformance.levels.connector.runs import EmbedsTwin, Phase, Run, TransferStalled
 from conformance.levels.connector.scenarios import (
-    SCENARIO_BLOCK,
     UNIQUE_PREFIX,
     Prompts,
     scenario_lifetime,
@@ -30,10 +30,15 @@ from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause
 from conformance.verdict.status import not_exercised, not_runnable
 
-BLOCK_SIZE = SCENARIO_BLOCK
-CHUNK = 2 * BLOCK_SIZE  # the token budget (max_num_batched_tokens) that prefills in chunks
-PROMPT = 5 * BLOCK_SIZE + 3  # 3 chunks, and a tail that is not a whole block
-PROMPT_TOKENS = PROMPT + UNIQUE_PREFIX  # with the tokens that make each prompt its example's own
+
+def _chunk() -> int:
+    """The token budget (max_num_batched_tokens) that prefills in chunks: two of the scenarios' blocks."""
+    return 2 * scenario_block()
+
+
+def _prompt() -> int:
+    """The scenarios' prompt length: 3 chunks, and a tail that is not a whole block."""
+    return 5 * scenario_block() + 3
 
 
 def _prefilled_in_chunks(run: Run, rid: str, tokens: int) -> None:
@@ -43,7 +48,7 @@ def _prefilled_in_chunks(run: Run, rid: str, tokens: int) -> None:
     scheduled (aborted while its lookup ran) was not prefilled whole."""
     if rid in run.whole:
         not_runnable(f"vLLM prefilled the {tokens}-token prompt in one step, though the scenario set a token budget "
-                     f"of {CHUNK} a step (max_num_batched_tokens) with chunked prefill on: this vLLM turned chunked "
+                     f"of {_chunk()} a step (max_num_batched_tokens) with chunked prefill on: this vLLM turned chunked "
                      "prefill off for this model here, so there is no chunk to judge")
 
 
@@ -61,7 +66,7 @@ def _bytes_back(cid: str, stored: Run, sid: str, loaded: Run, lid: str, context:
 def _stored_then_asked_again(api: ConnectorHarness, cid: str, seed: int, context: str = "") -> tuple[Prompts, Run, Run]:
     """One prompt stored (request "stored"), then, after the prefix cache was reset and every block
     overwritten, asked for again alone (request "load"): the prompts and both passes."""
-    ps = unique_prompts(api.vocab_size, PROMPT, seed=seed)
+    ps = unique_prompts(api.vocab_size, _prompt(), seed=seed)
     phases = [Phase([("stored", ps.stored)], seeded_fill(seed)), Phase([("load", ps.stored)], seeded_fill(seed + 1))]
     with connector_faults_fail(cid, context):
         stored, loaded = scenario_lifetime(api, phases)
@@ -98,7 +103,7 @@ def test_cache_salt(connector_api):
     # Both ways: a salted tenant's prompt asked for by another salt and by none, and a prompt stored
     # without a salt (the shared pool) asked for by salted tenants, whom a connector that falls back
     # to the shared pool on a miss would serve what other tenants' traffic stored.
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=21)
+    ps = unique_prompts(connector_api.vocab_size, _prompt(), _prompt(), seed=21)
     phases = [Phase([("tenant-a", ps.stored, "salt-a"), ("shared", ps.neighbour)], seeded_fill(21)),
               Phase([("tenant-b", ps.stored, "salt-b"), ("unsalted", ps.stored),
                      ("tenant-a-on-shared", ps.neighbour, "salt-a"), ("tenant-b-on-shared", ps.neighbour, "salt-b"),
@@ -116,7 +121,7 @@ def test_lora_isolation(connector_api):
     # Both ways: an adapter's prompt asked for by another adapter, by another version of the same
     # adapter (its name and id, another directory: weights replaced, as load_inplace does) and by the
     # base model, and a base model's prompt asked for under adapters.
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=35)
+    ps = unique_prompts(connector_api.vocab_size, _prompt(), _prompt(), seed=35)
     adapters = {"adapter-a": "adapter-a", "adapter-b": "adapter-b", "adapter-a-on-base": "adapter-a",
                 "adapter-b-on-base": "adapter-b", "adapter-a-again": "adapter-a", "adapter-a-v2": "adapter-a@v2"}
     phases = [Phase([("adapter-a", ps.stored), ("base", ps.neighbour)], seeded_fill(35), loras=adapters),
@@ -137,13 +142,14 @@ def test_lora_isolation(connector_api):
 @clause("api_prompt_embeds")
 def test_prompt_embeds(connector_api):
     cid = "api_prompt_embeds"
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=41)
+    ps = unique_prompts(connector_api.vocab_size, _prompt(), seed=41)
     # Every request has the stored prompt's length. The second pass: embeddings of another seed, the
     # token ids vLLM itself puts where embeddings are (zeros), and the stored embeddings again; the
     # third, once those zeros were stored as token ids: embeddings of a third seed (every way). Near
     # misses (#53): the stored embeddings but for one element of their first row, or of the last row of
     # their last whole block, one unit in the last place away: each shares only the blocks before it.
-    twins = {"embeds-a-but-first-row": 0, "embeds-a-but-last-block": (len(ps.stored) - 1) // BLOCK_SIZE * BLOCK_SIZE - 1}
+    bs = scenario_block()
+    twins = {"embeds-a-but-first-row": 0, "embeds-a-but-last-block": (len(ps.stored) - 1) // bs * bs - 1}
     embeds = {"embeds-a": 41, "embeds-b": 42, "embeds-a-again": 41, "embeds-c": 43,
               **{rid: EmbedsTwin(41, row) for rid, row in twins.items()}}
     zeros = [0] * len(ps.stored)
@@ -161,7 +167,7 @@ def test_prompt_embeds(connector_api):
             "to the token ids' KV on a miss")
     _bytes_back(cid, stored, "embeds-a", again, "embeds-a-again", context + "the same embeddings asked for again")
     for rid, row in twins.items():  # a twin may be served the blocks before its changed row, never that one
-        shared, claimed = row // BLOCK_SIZE * BLOCK_SIZE, again.external_tokens.get(rid, 0)
+        shared, claimed = row // bs * bs, again.external_tokens.get(rid, 0)
         if claimed > shared:
             raise ClauseViolation(cid, f"{context}the stored embeddings but for one element of row {row}, one unit in "
                                        f"the last place away, were claimed {claimed} tokens: they share only the first "
@@ -173,18 +179,18 @@ def test_prompt_embeds(connector_api):
 @clause("api_multimodal_isolation")
 def test_multimodal_isolation(connector_api):
     cid = "api_multimodal_isolation"
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=45)
+    ps = unique_prompts(connector_api.vocab_size, _prompt(), _prompt(), seed=45)
     # An image's placeholder tokens are the same ids whatever the image: only its identifier (vLLM's
     # hash of it) tells two apart. It starts at the first block's third token (after the prompt's
     # unique prefix), so every block holds KV that depends on it. Both ways: an image's prompt asked
     # for with another image and as text, and a text prompt asked for with that image.
-    image = {name: Image(identifier, UNIQUE_PREFIX, 2 * BLOCK_SIZE)
+    image = {name: Image(identifier, UNIQUE_PREFIX, 2 * scenario_block())
              for name, identifier in (("image-a", "cat"), ("image-b", "dog"), ("image-a-on-text", "cat"),
                                       ("image-a-again", "cat"))}
     phases = [Phase([("image-a", ps.stored), ("text", ps.neighbour)], seeded_fill(45), images=image),
               Phase([("image-b", ps.stored), ("text-only", ps.stored), ("image-a-on-text", ps.neighbour),
                      ("image-a-again", ps.stored), ("text-again", ps.neighbour)], seeded_fill(46), images=image)]
-    context = f"with an image behind {2 * BLOCK_SIZE} placeholder tokens from token {UNIQUE_PREFIX}: "
+    context = f"with an image behind {2 * scenario_block()} placeholder tokens from token {UNIQUE_PREFIX}: "
     stored, again = _tenants_apart(
         connector_api, cid, phases, {"image-a-again", "text-again"}, context=context,
         stored="a prompt with an image (identifier 'cat') and a prompt of text",
@@ -199,13 +205,13 @@ def test_multimodal_isolation(connector_api):
 @clause("api_chunked_prefill")
 def test_chunked_prefill(connector_api):
     cid = "api_chunked_prefill"
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, seed=23)
+    ps = unique_prompts(connector_api.vocab_size, _prompt(), seed=23)
     phases = [Phase([("stored", ps.stored)], seeded_fill(23)),
               Phase([("neighbour", ps.neighbour), ("load", ps.stored)], seeded_fill(24))]
-    context = (f"with a token budget of {CHUNK} a step (max_num_batched_tokens), a {len(ps.stored)}-token prompt prefilled in "
-               f"{-(-len(ps.stored) // CHUNK)} chunks and then asked for again: ")
+    context = (f"with a token budget of {_chunk()} a step (max_num_batched_tokens), a {len(ps.stored)}-token prompt prefilled in "
+               f"{-(-len(ps.stored) // _chunk())} chunks and then asked for again: ")
     with connector_faults_fail(cid, context):
-        stored, loaded = scenario_lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
+        stored, loaded = scenario_lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": _chunk()})
     _prefilled_in_chunks(stored, "stored", len(ps.stored))
     _bytes_back(cid, stored, "stored", loaded, "load", context.rstrip(": "))
 
@@ -213,7 +219,7 @@ def test_chunked_prefill(connector_api):
 @clause("api_abort")
 def test_abort(connector_api):
     cid = "api_abort"
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=25)
+    ps = unique_prompts(connector_api.vocab_size, _prompt(), _prompt(), seed=25)
     # First pass: "a" is abandoned after one step (mid-prefill, its chunks' saves under way); "b"
     # finishes. Second pass: both asked for again, "b-again" abandoned after one step (its load
     # under way where loads are async). Third pass: "a" once more.
@@ -222,7 +228,7 @@ def test_abort(connector_api):
               Phase([("a-third", ps.stored)], seeded_fill(27))]
     context = "with requests aborted mid-prefill and mid-load (scheduler.finish_requests, FINISHED_ABORTED): "
     with connector_faults_fail(cid, context):
-        first, second, third = scenario_lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": CHUNK})
+        first, second, third = scenario_lifetime(connector_api, phases, scheduling={"max_num_batched_tokens": _chunk()})
     _prefilled_in_chunks(first, "a", len(ps.stored))  # else "a" was aborted after its prefill, not in it
     for number, run in enumerate((first, second, third), 1):
         if run.held:
@@ -237,17 +243,18 @@ def test_abort(connector_api):
 @clause("api_preemption")
 def test_preemption(connector_api):
     cid = "api_preemption"
-    ps = unique_prompts(connector_api.vocab_size, 6 * BLOCK_SIZE + 1, 6 * BLOCK_SIZE + 1, seed=27)
+    bs = scenario_block()
+    ps = unique_prompts(connector_api.vocab_size, 6 * bs + 1, 6 * bs + 1, seed=27)
     # Two 7-block prompts, prefilled side by side (16 tokens each a step), in a cache of 10 usable
     # blocks: one is preempted and re-admitted. Then each is asked for on its own.
     phases = [Phase([("a", ps.stored), ("b", ps.neighbour)], seeded_fill(27)),
               Phase([("a-again", ps.stored)], seeded_fill(28)),
               Phase([("b-again", ps.neighbour)], seeded_fill(29))]
-    blocks = -(-len(ps.stored) // BLOCK_SIZE)  # 7 (more for a declared min span): a cache of 3 usable blocks more
+    blocks = -(-len(ps.stored) // bs)  # 7 (more for a declared min span): a cache of 3 usable blocks more
     context = f"with two {blocks}-block prompts prefilled side by side in a cache of {blocks + 3} usable blocks (a preemption): "
     with connector_faults_fail(cid, context):
         first, *again = scenario_lifetime(connector_api, phases, num_blocks=blocks + 4,
-                                  scheduling={"max_num_batched_tokens": CHUNK, "long_prefill_token_threshold": 16})
+                                  scheduling={"max_num_batched_tokens": _chunk(), "long_prefill_token_threshold": 16})
     if not first.preempted:
         not_runnable("vLLM preempted no request in this scenario (its scheduler changed?); "
                      "the clause judged nothing")
@@ -259,7 +266,7 @@ def test_preemption(connector_api):
 @clause("api_async_load")
 def test_async_load(connector_api):
     cid = "api_async_load"
-    context = f"a {PROMPT_TOKENS}-token prompt stored, then asked for again alone: "
+    context = f"a {_prompt() + UNIQUE_PREFIX}-token prompt stored, then asked for again alone: "
     try:
         _, stored, loaded = _stored_then_asked_again(connector_api, cid, 39, context)
     except TransferStalled as exc:
@@ -275,13 +282,14 @@ def test_async_load(connector_api):
 @clause("api_save_before_free")
 def test_save_before_free(connector_api):
     cid = "api_save_before_free"
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT + BLOCK_SIZE, seed=51)
-    stored_blocks, neighbour_blocks = (-(-len(p) // BLOCK_SIZE) for p in (ps.stored, ps.neighbour))
+    bs = scenario_block()
+    ps = unique_prompts(connector_api.vocab_size, _prompt(), _prompt() + bs, seed=51)
+    stored_blocks, neighbour_blocks = (-(-len(p) // bs) for p in (ps.stored, ps.neighbour))
     # In a cache of just the blocks the two need at once, "stored" (6 blocks) is prefilled whole in
     # the first step beside the neighbour's first chunk (1 block); the neighbour's next chunk is
     # given the blocks "stored" gave back, and its forward pass overwrites them (reuse_reallocated),
     # as vLLM reuses blocks under memory pressure.
-    budget = stored_blocks * BLOCK_SIZE
+    budget = stored_blocks * bs
     phases = [Phase([("stored", ps.stored), ("neighbour", ps.neighbour)], seeded_fill(51), reuse_reallocated=True),
               Phase([("load", ps.stored)], seeded_fill(52))]
     context = (f"a {len(ps.stored)}-token prompt stored in a cache of {neighbour_blocks} blocks, whose blocks vLLM "
@@ -303,7 +311,7 @@ def test_save_before_free(connector_api):
 @clause("api_transfer_reports")
 def test_transfer_reports(connector_api):
     cid = "api_transfer_reports"
-    ps = unique_prompts(connector_api.vocab_size, PROMPT, PROMPT, seed=31)
+    ps = unique_prompts(connector_api.vocab_size, _prompt(), _prompt(), seed=31)
     phases = [Phase([("a", ps.stored), ("b", ps.neighbour)], seeded_fill(31)),
               Phase([("a-again", ps.stored), ("b-again", ps.neighbour)], seeded_fill(32))]
     with connector_faults_fail(cid):
@@ -350,7 +358,7 @@ def test_connector_stats(connector_api):
 @clause("api_kv_events")
 def test_kv_events(connector_api):
     cid = "api_kv_events"
-    context = f"with KV events on, over a lifetime that stored a {PROMPT_TOKENS}-token prompt and loaded it again: "
+    context = f"with KV events on, over a lifetime that stored a {_prompt() + UNIQUE_PREFIX}-token prompt and loaded it again: "
     _, stored, loaded = _stored_then_asked_again(connector_api, cid, 43, context)
     emitted = stored.events + loaded.events
     if not any(type(e).__name__ == "BlockStored" for e in stored.events):

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 from conformance.contract.strategies import active_kv_cache_dtypes
 from conformance.levels.connector import checks
+from conformance.levels.connector.geometry import block, block_sizes, kv_dtype, one_geometry_refuses
 from conformance.levels.connector.outcomes import connector_faults_fail, where
 from conformance.levels.connector.runs import LayoutRefused, Run
 from conformance.levels.connector.scenarios import (
-    BLOCK_SIZES,
     MAX_PROMPT_BLOCKS,
     TWINS,
     filler,
@@ -76,14 +76,14 @@ def test_pd_roundtrip(connector_api):
 
 
 def _pd_probe(api) -> None:
-    """A fixed pair first (block size 32, the first layout the connector takes): a connector that
+    """A fixed pair first (block size 32 or the pinned one, the first layout the connector takes): a connector that
     cannot be built at all here is Not runnable on it, and one that can may then decline drawn
     configurations it refuses (a block size) without losing the clause."""
     ps = unique_prompts(api.vocab_size, 3 * 32 + 5, 2 * 32, seed=45)
     for layout in api.era.layouts():
         try:
-            _judged_pd(api, block_size=32, layout=layout, dtype="auto", ps=ps, fills=(seeded_fill(45), seeded_fill(46)),
-                       declined=(LayoutRefused,))
+            _judged_pd(api, block_size=block(32), layout=layout, dtype=kv_dtype("auto"), ps=ps,
+                       fills=(seeded_fill(45), seeded_fill(46)), declined=(LayoutRefused,))
             return
         except LayoutRefused:
             continue
@@ -93,7 +93,7 @@ def _pd_probe(api) -> None:
 @costly_example_settings()
 @given(data=st.data())
 def _pd_examples(connector_api, data):
-    block_size = data.draw(st.sampled_from(BLOCK_SIZES), label="block_size")
+    block_size = data.draw(st.sampled_from(block_sizes()), label="block_size")
     dtype = data.draw(kv_cache_dtypes(), label="kv_cache_dtype")
     layout = data.draw(st.sampled_from(connector_api.era.layouts()), label="layout")
     ps = data.draw(prompts(vocab_size=connector_api.vocab_size, max_len=MAX_PROMPT_BLOCKS * block_size),
@@ -134,6 +134,7 @@ def _judged_pd(api, *, block_size, layout, dtype, ps, fills, declined=()) -> Non
 @clause("api_pd_format_isolation")
 def test_pd_format_isolation(connector_api):
     cid = "api_pd_format_isolation"
+    one_geometry_refuses("a consumer of another kv_cache_dtype than its producer's")
     layout = connector_api.era.layouts()[0]
     ps = unique_prompts(connector_api.vocab_size, 3 * 32 + 5, 2 * 32, seed=41)
     twins = [d for d in TWINS if d in active_kv_cache_dtypes()]
@@ -165,9 +166,9 @@ def test_pd_lost_peer(connector_api):
     ps = unique_prompts(connector_api.vocab_size, 3 * 32 + 5, 2 * 32, seed=43)
     context = "the producer was shut down before the consumer pulled: "
     with connector_faults_fail(cid, context):
-        made, loaded = _pd(connector_api, block_size=32, layout=connector_api.era.layouts()[0], dtype="auto",
-                           stored=ps.stored, neighbour=ps.neighbour, fills=(seeded_fill(43), seeded_fill(44)),
-                           producer_gone=True)
+        made, loaded = _pd(connector_api, block_size=block(32), layout=connector_api.era.layouts()[0],
+                           dtype=kv_dtype("auto"), stored=ps.stored, neighbour=ps.neighbour,
+                           fills=(seeded_fill(43), seeded_fill(44)), producer_gone=True)
     for rid in REMOTE:
         n = loaded.external_tokens.get(rid, 0)
         problems = checks.loaded_differences(made, rid, loaded, rid, n)

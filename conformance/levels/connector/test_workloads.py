@@ -14,14 +14,15 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
+from conformance.levels.capabilities import PRESSURE_FACTOR
 from conformance.levels.connector import checks
 from conformance.levels.connector.checks import Source
+from conformance.levels.connector.geometry import scenario_block
 from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.connector.outcomes import connector_faults_fail, where
 from conformance.levels.connector.runs import Phase, Run
 from conformance.levels.connector.scenarios import (
     LOW_TOKEN,
-    SCENARIO_BLOCK,
     SPAN,
     UNIQUE_PREFIX,
     Prompts,
@@ -30,14 +31,11 @@ from conformance.levels.connector.scenarios import (
     unique_prompts,
 )
 from conformance.levels.connector.slots import by_block
-from conformance.levels.subject import PRESSURE_FACTOR
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, observe
 from conformance.verdict.status import not_exercised, not_runnable
 
-BS = SCENARIO_BLOCK
 SYSTEM_PROMPTS = (1024, 4096)  # shared system prompts of chat and agent traffic, in tokens
-TAIL = 2 * BS + 5  # what each conversation adds after the system prompt
 LOCAL_BLOCKS = 2  # the blocks of a stored prompt vLLM's own prefix cache holds in api_mixed_hits
 
 
@@ -73,17 +71,19 @@ def _tokens(n: int, vocab_size: int, seed: int) -> list[int]:
 
 @clause("api_shared_prefix")
 def test_shared_prefix(connector_api):
+    bs = scenario_block()
     cid = "api_shared_prefix"
     api, loaded_any = connector_api, 0
     for length in SYSTEM_PROMPTS:
         system = unique_prompts(api.vocab_size, length, seed=length).stored
-        a, b = (system + _tokens(TAIL, api.vocab_size, seed) for seed in (length + 1, length + 2))
+        tail = 2 * bs + 5  # what each conversation adds after the system prompt
+        a, b = (system + _tokens(tail, api.vocab_size, seed) for seed in (length + 1, length + 2))
         # c is a but for its last whole block and the tokens after it; d extends a; e shares only
         # the system prompt with them (and its first tail token with no one).
-        cut = (len(a) // BS - 1) * BS
+        cut = (len(a) // bs - 1) * bs
         c = a[:cut] + _tokens(len(a) - cut, api.vocab_size, length + 3)
-        d = a + _tokens(3 * BS, api.vocab_size, length + 4)
-        e = system + _tokens(TAIL, api.vocab_size, length + 5)
+        d = a + _tokens(3 * bs, api.vocab_size, length + 4)
+        e = system + _tokens(tail, api.vocab_size, length + 5)
         # Near misses (#53): a but for its first token (every block after it shared, none as a prefix), and
         # a but for one token mid-way through the system prompt (a sampled or elided hash of a long prompt).
         twins = Prompts(a, [], api.vocab_size)
@@ -93,11 +93,11 @@ def test_shared_prefix(connector_api):
         stored = {"a": a, "b": b, "c": c}
         phases = [Phase([(rid, p)], seeded_fill(length + i)) for i, (rid, p) in enumerate(stored.items())]
         phases += [Phase([(rid, p)], seeded_fill(length + 10 + i)) for i, (rid, p) in enumerate(asked.items())]
-        longest = max(map(len, asked.values())) + BS
+        longest = max(map(len, asked.values())) + bs
         context = (f"with conversations that share a {len(system)}-token system prompt and differ after it (each "
                    f"stored alone, then asked for again alone, with prompts extending or sharing only part of them): ")
         with connector_faults_fail(cid, context):
-            runs = scenario_lifetime(api, phases, num_blocks=-(-longest // BS) + 2,
+            runs = scenario_lifetime(api, phases, num_blocks=-(-longest // bs) + 2,
                                      scheduling={"max_model_len": longest, "max_num_batched_tokens": longest})
         sources: list[Source] = []  # each request, in turn, is judged by those before it, then is one
         for run, (rid, prompt) in zip(runs, {**stored, **asked}.items()):
@@ -110,10 +110,11 @@ def test_shared_prefix(connector_api):
 
 @clause("api_mixed_hits")
 def test_mixed_hits(connector_api):
+    bs = scenario_block()
     cid = "api_mixed_hits"
     api = connector_api
-    ps = unique_prompts(api.vocab_size, 5 * BS + 3, 3 * BS, seed=61)
-    stored, local = ps.stored, ps.stored[:LOCAL_BLOCKS * BS + 1]
+    ps = unique_prompts(api.vocab_size, 5 * bs + 3, 3 * bs, seed=61)
+    stored, local = ps.stored, ps.stored[:LOCAL_BLOCKS * bs + 1]
     extended = stored + ps.neighbour[UNIQUE_PREFIX:]
     # "local" leaves the stored prompt's first blocks in vLLM's own prefix cache (its KV there is
     # its own); the next phase keeps that cache, so vLLM asks the connector for the rest only.
@@ -150,14 +151,15 @@ REUSE_PROMPT_BLOCKS = 16
 
 @clause("api_cache_pressure")
 def test_cache_pressure(connector_api):
+    bs = scenario_block()
     cid = "api_cache_pressure"
     api: ConnectorHarness = connector_api
     capacity = api.connector.capacity_bytes
     assert capacity is not None  # the clause requires capacity=BYTES
     token_bytes = _kv_bytes_per_token(api, cid)
     low, high = PRESSURE_PROMPT_BLOCKS
-    blocks = min(high, max(low, capacity // (8 * token_bytes * BS)))
-    length = blocks * BS + 3 + SPAN[0]
+    blocks = min(high, max(low, capacity // (8 * token_bytes * bs)))
+    length = blocks * bs + 3 + SPAN[0]
     count = -(-PRESSURE_FACTOR * capacity // (length * token_bytes))
     if count > MAX_PRESSURE_PROMPTS:
         not_runnable(f"the declared capacity ({capacity} bytes) holds more than "
@@ -179,9 +181,10 @@ def test_cache_pressure(connector_api):
 
 @clause("api_reuse_distance")
 def test_reuse_distance(connector_api):
+    bs = scenario_block()
     cid = "api_reuse_distance"
     api: ConnectorHarness = connector_api
-    length = REUSE_PROMPT_BLOCKS * BS + 3 + SPAN[0]
+    length = REUSE_PROMPT_BLOCKS * bs + 3 + SPAN[0]
     stored_kv = REUSE_PROMPTS * length * _kv_bytes_per_token(api, cid)
     context = (f"with {REUSE_PROMPTS} prompts of {length} tokens ({stored_kv / 2**20:.1f} MiB of KV; no capacity "
                f"declared, none assumed) stored {PRESSURE_BATCH} at a time, then each asked for again, oldest first "
@@ -195,6 +198,7 @@ def _pressure(api: ConnectorHarness, cid: str, context: str, count: int, length:
     """Store ``count`` prompts of ``length`` tokens, ask for each again (newest or oldest first), then the
     last asked once more each: every load is byte for byte a source's, and the last asked still load.
     The prompts that missed or loaded in part, oldest first."""
+    bs = scenario_block()
     prompts = {f"p{i}": unique_prompts(api.vocab_size, length - UNIQUE_PREFIX, seed=700 + i, spanned=False).stored
                for i in range(count)}
     order = list(prompts)
@@ -208,9 +212,9 @@ def _pressure(api: ConnectorHarness, cid: str, context: str, count: int, length:
     # completes asynchronously has the phases before its turn to land.
     recent = asks[-1]
     phases += [Phase([(f"{rid}-recent", prompts[rid])], seeded_fill(990 + n)) for n, rid in enumerate(recent)]
-    knobs = {"max_model_len": length + BS, "max_num_batched_tokens": PRESSURE_BATCH * (length + BS)}
+    knobs = {"max_model_len": length + bs, "max_num_batched_tokens": PRESSURE_BATCH * (length + bs)}
     with connector_faults_fail(cid, context):
-        runs = scenario_lifetime(api, phases, num_blocks=PRESSURE_BATCH * (length // BS + 2) + 2, scheduling=knobs)
+        runs = scenario_lifetime(api, phases, num_blocks=PRESSURE_BATCH * (length // bs + 2) + 2, scheduling=knobs)
     stored_runs, asked_runs, finals = runs[:len(batches)], runs[len(batches):-len(recent)], runs[-len(recent):]
     sources = {rid: [_served(run, rid, prompts[rid])] for run, batch in zip(stored_runs, batches) for rid in batch}
     claimed = {}
@@ -235,7 +239,8 @@ def _pressure(api: ConnectorHarness, cid: str, context: str, count: int, length:
 
 def _kv_bytes_per_token(api: ConnectorHarness, cid: str) -> int:
     """Bytes of KV a token takes over every layer of the model's caches, read off a one-block probe."""
-    probe = unique_prompts(api.vocab_size, BS, seed=7).stored
+    bs = scenario_block()
+    probe = unique_prompts(api.vocab_size, bs, seed=7).stored
     with connector_faults_fail(cid, "measuring a token's KV with a one-block prompt: "):
         (run,) = scenario_lifetime(api, [Phase([("probe", probe)], seeded_fill(7))])
     per_block = sum(by_block(view)[0].numel() * view.element_size() for view in run.caches.values())

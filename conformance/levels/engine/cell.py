@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Collection
 
 from conformance.contract.spec import same_width_twin
+from conformance.levels.capabilities import one_geometry_refusal, span_pad
 from conformance.levels.engine import evidence
 from conformance.levels.engine.baselines import BaselineStore
 from conformance.levels.engine.compare import Reference, Tolerance, comparison_tolerance
@@ -43,16 +44,18 @@ from conformance.levels.engine.roles import (
     NO_CONNECTOR,
     ROLES,
     SAME_ENGINE,
+    SECOND_GEOMETRY,
     SECOND_LANE,
     STORED_BY,
     STORED_MARK,
     Variant,
     connected,
+    second_geometry,
     world_of,
 )
 from conformance.levels.engine.specs import DEFAULT_MODEL_DTYPE, DEFAULT_MODEL_LEN, Batch, EngineSpec
 from conformance.levels.engine.worlds import Worlds
-from conformance.levels.subject import ConnectorChoice, side_channel_ports, span_pad
+from conformance.levels.subject import ConnectorChoice, side_channel_ports
 from conformance.verdict.cost import Charges
 from conformance.verdict.guard import HarnessError
 from conformance.verdict.status import NotRunnable
@@ -122,7 +125,9 @@ class EngineCell:
         # in SECOND_LANE's order (never the selection's: a set's order changes with the hash seed,
         # and with it which engine a hanging connector stalls first).
         self.lanes = lanes
-        self._ahead_roles = list(dict.fromkeys(r for c, roles in SECOND_LANE.items() if c in clauses for r in roles))
+        one = "one-geometry" in connector.capabilities  # a lane of a clause about a second geometry: never
+        self._ahead_roles = list(dict.fromkeys(r for c, roles in SECOND_LANE.items()
+                                               if c in clauses and not (one and c in SECOND_GEOMETRY) for r in roles))
         self._ahead: dict[str, Future[EngineRun]] = {}
         self._ended_at: dict[str, float] = {}  # when each role's engine ended (``_settle`` counts from it)
         self._lane: ThreadPoolExecutor | None = None
@@ -250,8 +255,16 @@ class EngineCell:
         for role in self._ahead_roles:  # each registered before any runs: never started twice
             self._ahead[role] = self._lane.submit(self._start, role)
 
+    def one_geometry_refuses(self, clause: str) -> None:
+        """NotRunnable where ``clause``'s promise is about a second geometry and the connector declares one."""
+        if "one-geometry" in self.connector.capabilities and clause in SECOND_GEOMETRY:
+            raise NotRunnable(one_geometry_refusal(f"block_size={self.block_size}, kv_cache_dtype={self.kv_cache_dtype}",
+                                                   SECOND_GEOMETRY[clause]))
+
     def _start(self, role: str) -> EngineRun:
         facts = ROLES[role]
+        if "one-geometry" in self.connector.capabilities and second_geometry(role):  # what needs it goes on
+            raise NotRunnable(f"the connector declares one-geometry: no {role} engine (another geometry) is started")
         for dep in facts.needs:
             try:
                 self.run(dep)

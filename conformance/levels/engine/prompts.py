@@ -8,9 +8,9 @@ from __future__ import annotations
 import random
 from typing import Callable
 
+from conformance.levels.capabilities import PRESSURE_FACTOR
 from conformance.levels.engine.models import IMAGE_MODEL, load_recipe
 from conformance.levels.engine.specs import Batch
-from conformance.levels.subject import PRESSURE_FACTOR
 
 # The batches a cell draws, by name: a role's phases name them (``roles.Role.phases``), a clause reads
 # their requests by them.
@@ -37,7 +37,7 @@ def prompt_batches(block_size: int, seed: int = 0, positions: int = 1024, pad: i
     """Prompts around block boundaries, one extending a stored prefix, a concurrent batch, and the
     rest below; ``positions``: the model's, which bound the system prompt (``system_tokens``);
     ``pad``: whole blocks every prompt (and the shared prefix) is lengthened by, for a connector
-    that declares a min span (``subject.span_pad``)."""
+    that declares a min span (``capabilities.span_pad``)."""
     rng = random.Random(seed)
 
     def tokens(n: int) -> list[int]:

@@ -233,6 +233,20 @@ SECOND_LANE = {lane: tuple(name for name, role in ROLES.items() if role.lane == 
                for lane in dict.fromkeys(role.lane for role in ROLES.values() if role.lane)}
 
 
+# The clauses whose promise is about a second KV geometry over one storage, and what it is: Not
+# runnable for a connector that declares one-geometry (``EngineCell.one_geometry_refuses``).
+SECOND_GEOMETRY = {"engine_format_isolation": "an engine of the format twin's kv_cache_dtype over storage an engine "
+                                              "of the cell's wrote",
+                   "engine_block_size": "an engine of twice the block size over storage an engine of the cell's wrote"}
+
+
+def second_geometry(role: str) -> bool:
+    """Whether ``role``'s engine shows the connector another geometry than the cell's (another
+    kv_cache_dtype or block size), over storage an engine of the cell's geometry wrote."""
+    facts = ROLES[role]
+    return facts.connector and (facts.settings.twin_format or facts.settings.other_block_size)
+
+
 def connected(run: str) -> bool:
     """Whether the engine run as ``run`` has the connector (a role's; never a baseline or a ``Variant``)."""
     return run in ROLES and ROLES[run].connector

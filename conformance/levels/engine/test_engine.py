@@ -20,6 +20,7 @@ import pytest
 
 from conformance.contract.spec import KVSpec
 from conformance.levels.advice import advised, span_advice
+from conformance.levels.capabilities import PRESSURE_FACTOR
 from conformance.levels.diagnosis import cannot_run_here, missing_dependency, refuses_platform
 from conformance.levels.engine.child import DRAIN_S
 from conformance.levels.engine.compare import compare_runs, external_hits, external_hits_of
@@ -66,7 +67,6 @@ from conformance.levels.engine.roles import (
     TP_BASELINE,
 )
 from conformance.levels.engine.specs import DEFAULT_MODEL_DTYPE
-from conformance.levels.subject import PRESSURE_FACTOR
 from conformance.verdict.asserts import ClauseViolation
 from conformance.verdict.clauses import clause, count_load, observe
 from conformance.verdict.guard import HarnessError
@@ -210,6 +210,7 @@ def test_engine_block_size(cell):
     # over the same storage is served each token's own KV, or nothing; never rows of the old geometry.
     # A miss passes only where the same block size loads (engine_store_then_load's engine B: shared).
     cid = "engine_block_size"
+    cell.one_geometry_refuses(cid)
     base = cell.baseline(BLOCK_BASELINE)
     store = _connector_run(cell, "bs_store", cid)
     load = _connector_run(cell, "bs_load", cid)
@@ -411,6 +412,7 @@ def test_engine_effective_dtype(cell):
 
 @clause("engine_format_isolation")
 def test_engine_format_isolation(cell):
+    cell.one_geometry_refuses("engine_format_isolation")
     cell.baseline()
     twin_base = cell.baseline("twin_baseline")
     _connector_run(cell, "store", "engine_format_isolation")

@@ -137,6 +137,46 @@ def test_a_connector_with_a_min_span_is_judged_only_once_declared(run_suite):
     assert test["status"] == "Not exercised" and "declares min-span=TOKENS" in test["message"], run.output[-3000:]
 
 
+ONE_GEOMETRY = GOOD + "one_geometry:OneGeometryConnector"
+
+
+def test_a_one_geometry_daemon_is_judged_at_its_geometry(run_suite):
+    """A connector whose daemon takes one geometry (blocks of 32 tokens of kv_cache_dtype=auto),
+    declared one-geometry: shown that one only (no pair refused), it fails only what its file store
+    breaks; the clauses about a second geometry are Not runnable, saying so; the round trip says what
+    it left out; the results say which geometry was judged."""
+    run = api_suite(run_suite, ONE_GEOMETRY, "--kv-connector-capabilities=persistent,one-geometry")
+    statuses = run.statuses()
+    assert {c for c, s in statuses.items() if s == "Fail"} == {"api_damaged_storage", "api_load_errors_reported"}, \
+        run.output[-3000:]
+    assert {c for c, s in statuses.items() if s == "Not runnable"} == {"api_format_isolation", "api_async_load"}
+    # ... and the damage clause's fp8_e5m2 example, the auto one of which fails
+    refused = {t["clause"] for t in run.results["tests"] if t["status"] == "Not runnable"
+               and "declares one-geometry (judged at block_size=32, kv_cache_dtype=auto" in t["message"]}
+    assert refused == {"api_format_isolation", "api_damaged_storage"}, run.output[-3000:]
+    assert "Not exercised" not in statuses.values() and "Error" not in statuses.values(), run.output[-3000:]
+    assert run.results["connector"]["geometry"]["block_size"] == 32
+    (round_trip,) = [t for t in run.results["tests"] if t["clause"] == "api_save_load_roundtrip"]
+    assert round_trip["status"] == "Pass" and round_trip["message"].startswith("left out, as the connector takes one")
+
+
+@pytest.mark.parametrize("capabilities, verdicts", [
+    ("persistent,one-geometry", {"api_cache_salt": "Fail", "api_same_engine_roundtrip": "Pass"}),
+    ("persistent", {"api_cache_salt": "Not runnable", "api_same_engine_roundtrip": "Not runnable"}),
+])
+def test_a_one_geometry_daemons_salt_bug_is_caught_once_declared(run_suite, capabilities, verdicts):
+    """The one-geometry twin whose key is blind to cache_salt: declared, its bug is a Fail; undeclared,
+    the scenarios' 16-token blocks are refused by its daemon (never a Pass), and the drawn round trip,
+    declined after its 32-token probe was built, says to declare one-geometry."""
+    run = run_suite(f"--kv-connector={ZOO}one_geometry_salt_blind:OneGeometrySaltBlindConnector",
+                    "--kv-levels=connector", "--kv-profile=ci", f"--kv-connector-capabilities={capabilities}",
+                    "-k", "cache_salt or same_engine_roundtrip", timeout=900)
+    assert run.statuses() == verdicts, run.output[-3000:]
+    if "one-geometry" not in capabilities:
+        (drawn,) = [t for t in run.results["tests"] if t["clause"] == "api_same_engine_roundtrip"]
+        assert "declares one-geometry" in drawn["message"] and "slot size mismatch" in drawn["message"], drawn
+
+
 LOSSY = GOOD + "lossy_codec:LossyCodecConnector"
 
 

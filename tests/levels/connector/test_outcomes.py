@@ -9,12 +9,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conformance.levels.connector import scenarios
+from conformance.levels.connector import geometry, scenarios
 from conformance.levels.connector.outcomes import connector_faults_fail
 from conformance.levels.connector.pair import track_blocks
 from conformance.levels.connector.runs import ConnectorRaised, Run
 from conformance.levels.connector.test_lifecycle import _prefilled_in_chunks
 from conformance.verdict.asserts import ClauseViolation
+from conformance.verdict.clauses import end_test, running, start_test
+from conformance.verdict.guard import HarnessError
 
 
 def test_a_hook_that_asks_for_a_device_this_machine_lacks_is_not_runnable():
@@ -33,6 +35,37 @@ def test_dtypes_vllm_runs_as_another_leave_the_axis(monkeypatch):
     assert repr(scenarios.kv_cache_dtypes(["auto", "bfloat16", "fp8_e5m2"])) == "sampled_from(['auto', 'bfloat16'])"
     with pytest.raises(pytest.skip.Exception, match="Not runnable: vLLM runs every kv_cache_dtype this clause would draw"):
         scenarios.kv_cache_dtypes(["fp8_e4m3", "fp8_e5m2"])
+
+
+def test_a_one_geometry_connector_is_shown_its_pinned_geometry_only():
+    """Pinned (one-geometry), every draw and scenario is of the engine level's block size and the
+    axis's first dtype; a scenario of a second geometry is left out (and said), a clause about one is
+    Not runnable, a pair of another geometry is the suite's Error; unpinned, the level draws what it
+    always drew."""
+    assert geometry.block_sizes() == geometry.BLOCK_SIZES and geometry.scenario_block() == geometry.SCENARIO_BLOCK
+    assert geometry.kv_dtype("auto") == "auto" and geometry.second_geometry("anything")
+    geometry.one_geometry_refuses("anything")  # runnable
+    geometry.within_pin(geometry.Geometry(16, "fp8", "LBHNC"), "float16")
+    pin = geometry.Geometry(64, "fp8_e5m2", "LBHNC")
+    geometry.PINNED.append(pin)  # as session.open_harness pins it
+    token = start_test("node", "api_save_load_roundtrip")
+    try:
+        assert geometry.block_sizes() == (64,) and geometry.block_sizes((64, 32, 16)) == (64,)
+        assert geometry.block(16) == geometry.scenario_block() == 64
+        assert geometry.kv_dtype("auto") == "fp8_e5m2" and scenarios.axis_dtypes() == ["fp8_e5m2"]
+        assert not geometry.second_geometry("a pair of 32-token blocks")
+        assert running().observed == ("left out, as the connector takes one geometry (block_size=64, "
+                                      "kv_cache_dtype=fp8_e5m2, layout=LBHNC): a pair of 32-token blocks")
+        with pytest.raises(pytest.skip.Exception, match="Not runnable: the connector declares one-geometry .judged "
+                                                        "at block_size=64, kv_cache_dtype=fp8_e5m2, layout=LBHNC only"):
+            geometry.one_geometry_refuses("two formats over one storage")
+        geometry.within_pin(pin, None)
+        for other, model_dtype in ((geometry.Geometry(32, "fp8_e5m2", "LBHNC"), None), (pin, "float16")):
+            with pytest.raises(HarnessError, match="a scenario the pin missed"):
+                geometry.within_pin(other, model_dtype)
+    finally:
+        end_test(token)
+        geometry.PINNED.clear()
 
 
 def test_a_chunked_prefill_scenario_vllm_prefilled_whole_is_not_runnable():
