@@ -49,8 +49,12 @@ def axis_dtypes() -> list[str]:
     one-geometry connector."""
     if PINNED:
         return [PINNED[0].kv_cache_dtype]
-    axis = [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()] or list(CPU_KV_CACHE_DTYPES)
-    return [d for d in axis if d not in FELL_BACK]
+    return [d for d in asked_dtypes() if d not in FELL_BACK]
+
+
+def asked_dtypes() -> list[str]:
+    """The CPU dtype axis, narrowed by ``--kv-cache-dtypes`` when given: what the run asks for."""
+    return [d for d in CPU_KV_CACHE_DTYPES if d in active_kv_cache_dtypes()] or list(CPU_KV_CACHE_DTYPES)
 
 
 def kv_cache_dtypes(among: Sequence[str] = ()) -> st.SearchStrategy[str]:

@@ -13,6 +13,7 @@ from conformance.levels.connector.geometry import PINNED, Geometry
 from conformance.levels.connector.harness import ConnectorHarness
 from conformance.levels.connector.scenarios import (
     FELL_BACK,
+    asked_dtypes,
     axis_dtypes,
 )
 from conformance.levels.services import LMCacheService
@@ -137,7 +138,8 @@ def _one_geometry(era: Era, connector: ConnectorChoice, block_size: int) -> Era:
     if "one-geometry" not in connector.capabilities:
         return era
     layout = era.layouts()[0]
-    PINNED.append(Geometry(block_size, (axis_dtypes() or ["auto"])[0], layout))
+    # the axis's first; where vLLM runs each as another here, the first asked for (its pairs: Not runnable)
+    PINNED.append(Geometry(block_size, (axis_dtypes() or asked_dtypes())[0], layout))
     return cast(Era, _OneLayout(era, layout))
 
 

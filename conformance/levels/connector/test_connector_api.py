@@ -429,13 +429,17 @@ def _only_the_shared_prefix(cid: str, store: Run, load: Run, k: int, stored: int
                                    + "; ".join(problems))
 
 
+def _batch_twins(block_size: int) -> tuple[tuple[int, int, str], ...]:
+    """Batch-mates that are near misses of each other (#53): a prompt and its twin but for its first token
+    (no prefix shared: every block of one in the other's place), or its last block (all but it shared),
+    admitted in one step. A key that skips or samples part of a prompt files both under one name."""
+    return (0, 1, "their first token"), (-block_size, block_size, "their last block")
+
+
 @clause("api_concurrent_loads")
 def test_concurrent_loads(connector_api):
-    # Batch-mates that are near misses of each other (#53): a prompt and its twin but for its first token
-    # (no prefix shared: every block of one in the other's place), or its last block (all but it shared),
-    # admitted in one step. A key that skips or samples part of a prompt files both under one name.
     bs = scenario_block()
-    for i, (position, width, where) in enumerate(((0, 1, "their first token"), (-bs, bs, "their last block"))):
+    for i, (position, width, where) in enumerate(_batch_twins(bs)):
         ps = _edge_prompts(connector_api, seed=60 + i)
         position = position if position >= 0 else len(ps.stored) + position
         _load_together(connector_api, [("first", ps.stored), ("twin", ps.twin(position, width))],

@@ -121,7 +121,7 @@ class Role:
     # blocks): when it fails, the same engine without the connector says whether vLLM runs them here at all.
     own_settings: bool = False
     intact: bool = False  # reads the storage before the suite damages it
-    damaged: bool = False  # runs over storage the suite damaged (afresh for each such engine)
+    damaged: bool = False  # runs over storage the suite damaged (``subject.damage_files``; afresh for each such engine)
     kv_role: str | None = None  # KVTransferConfig's kv_role (a P/D pair's); None: kv_both
 
 

@@ -95,7 +95,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
              late=True,
              slight=True,
              large=True,
-             drawn_by='conformance.levels.connector.test_connector_api:BATCH_TWINS'),
+             drawn_by='conformance.levels.connector.test_connector_api:_batch_twins'),
     ),
     'api_shared_prefix': (
         Twin('tokens', 'conversations sharing a 1k or 4k system prompt: tails that differ wholly after it, one differing'
@@ -210,7 +210,7 @@ ROWS: dict[str, tuple[Twin, ...]] = {
                         'one, stores stale bytes.'),
              large=Gap('a prompt of many chunks (tens, not 3): a connector that tracks a bounded number of '
                        'pending chunk saves per request drops the later ones.'),
-             drawn_by='conformance.levels.connector.test_lifecycle:CHUNK'),
+             drawn_by='conformance.levels.connector.test_lifecycle:_chunk'),
     ),
     'api_abort': (
         Twin('timing', 'a request aborted after one step of its prefill, another after one step of its load, beside '
