@@ -109,6 +109,10 @@ def _connector_problems(tested: Mapping[str, Any], product: Mapping[str, Any]) -
                       ("model", product["model"]), ("other_model", product.get("other_model"))):
         if tested.get(key) != want:
             problems.append(f"tested connector {key} {tested.get(key)!r}, but PRODUCT.yaml says {want!r}")
+    if "one-geometry" in _declared(product):  # a badge certifies every block size and dtype it covers
+        judged = ", ".join(f"{k}={v}" for k, v in (tested.get("geometry") or {}).items()) or "one geometry"
+        problems.append(f"the connector declares one-geometry, so the run judged it at {judged} only: a badge "
+                        "certifies every kv_cache_dtype and block size it covers, and isolation between them")
     return problems
 
 

@@ -138,5 +138,9 @@ def test_a_model_directory_is_certified_against_the_other_checkpoint_its_product
     assert "tested connector other_model None, but PRODUCT.yaml says '/models/fine-tune'" in problems
     problems = run_problems(badge, {"connector": {**tested, "other_model": "/models/fine-tune"}}, product)
     assert not [p for p in problems if p.startswith("tested connector")], problems
+    one = {**product, "connector": {**product["connector"], "capabilities": ["persistent", "one-geometry"]}}
+    problems = run_problems(badge, {"connector": {**tested, "geometry": {"block_size": 32}}}, one)
+    assert ("the connector declares one-geometry, so the run judged it at block_size=32 only: a badge certifies every "
+            "kv_cache_dtype and block size it covers, and isolation between them") in problems
     without = {k: v for k, v in product.items() if k != "other_model"}
     assert not any(a.startswith("--kv-other-model") for a in subject_args(badge, without))
