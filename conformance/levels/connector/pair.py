@@ -158,6 +158,7 @@ class Pair:
             claimed = answer[0] if isinstance(answer, tuple) else None
             if self.run is not None and isinstance(claimed, int):
                 self.run.claims.setdefault(request.request_id, (num_computed_tokens, claimed))
+                self.run.asked_at.setdefault(request.request_id, self.step_no)
                 if claimed > 0 and num_computed_tokens + claimed > request.num_tokens:
                     raise OverClaim(request.request_id, num_computed_tokens, claimed, request.num_tokens)
             return answer

@@ -146,6 +146,7 @@ class Run:
     # request id -> (num_computed_tokens vLLM asked get_num_new_matched_tokens with: its own prefix
     # cache's hits, the tokens the connector claimed beyond them), from the first ask that got a count
     claims: dict[str, tuple[int, int]] = field(default_factory=dict)
+    asked_at: dict[str, int] = field(default_factory=dict)  # request id -> the step of that ask
     # (layer, block) -> the block's bytes when the layer's forward pass last read it as part of a
     # request's computed prefix (``LiveLifetime._read``); and the blocks that changed after that read:
     # a load that landed late (what the run is judged on is what the forward pass read).

