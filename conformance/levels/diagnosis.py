@@ -71,7 +71,10 @@ def heard_degradation() -> Iterator[list[str]]:
 
     def handle(self: logging.Logger, record: logging.LogRecord) -> None:
         if record.levelno >= logging.WARNING:
-            message = record.getMessage()
+            try:
+                message = record.getMessage()
+            except Exception:  # a malformed log call: logging's own handlers print it and go on, as they do
+                message = ""
             if _DEGRADED.search(message):
                 errors = _ERROR_LINE.findall(message)
                 verdict = next(line for line in reversed(message.splitlines()) if _DEGRADED.search(line))

@@ -144,7 +144,10 @@ class _Heard(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed log call: logging's own handlers print it, and the engine goes on
+            return
         if "cache" in text.lower() and len(self.lines) < 8:
             self.lines.append(text.strip())
 

@@ -37,6 +37,14 @@ def test_a_connector_that_cannot_be_built_here_is_not_runnable_not_failed(run_su
     assert ("--kv-connector-extra-config" in test["message"]) is advised, test
 
 
+def test_a_malformed_log_call_is_printed_and_the_connector_judged(run_suite):
+    """A hook's log call whose arguments do not fit its format is printed and passed over, as in an
+    engine; pytest's capture handler, which raises it, never turns it into a Not runnable."""
+    run = api_suite(run_suite, "conformance.zoo.good.malformed_log:MalformedLogConnector", "-k", "same_engine")
+    (test,) = run.results["tests"]
+    assert test["status"] == "Pass", test
+
+
 def test_stale_layout_api_is_named_before_anything_runs(run_suite):
     """The original report's renamed layout API: flagged with the name and where it was last seen."""
     run = api_suite(run_suite, ZOO + "stale_layout_api:StaleLayoutConnector", "-k", "requirements")
