@@ -125,8 +125,10 @@ def test_mixed_hits(connector_api):
               Phase([("extended", extended)], seeded_fill(65), fresh=False)]
     context = (f"with the first {LOCAL_BLOCKS} blocks of a stored {len(stored)}-token prompt in vLLM's own prefix "
                "cache (a request of those tokens ran since), that prompt and one extending it asked for: ")
+    # the cache holds the extending prompt beside the blocks vLLM keeps (a declared min span lengthens both)
+    blocks = max(api.num_blocks, -(-len(extended) // bs) + LOCAL_BLOCKS + 2)
     with connector_faults_fail(cid, context):
-        first, one, mixed, two, extension = scenario_lifetime(api, phases)
+        first, one, mixed, two, extension = scenario_lifetime(api, phases, num_blocks=blocks)
     sources = [_served(first, "stored", stored), _served(one, "local", local), _served(two, "local-again", local)]
     judged = []
     for run, rid, prompt in ((mixed, "mixed", stored), (extension, "extended", extended)):
