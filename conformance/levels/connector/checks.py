@@ -180,9 +180,13 @@ def unsourced_tokens(sources: Sequence[Source], loaded: Run, loaded_id: str, pro
             positions, src_blocks, dst_blocks = slots
             want = token_rows(views_over(source.run.caches, source.run.before)[layer], src_blocks,
                               positions % source.run.block_size)
-            same = same_rows(want, token_rows(view, dst_blocks, positions % loaded.block_size), loaded)
+            got = token_rows(view, dst_blocks, positions % loaded.block_size)
+            same = same_rows(want, got, loaded)
             mine = positions < shared
             sourced[positions[same & mine] - first] = True
+            if loaded.tolerance is not None:  # held to the tolerance: was the codec in this load's path?
+                kept = same & mine
+                count_coded(int(kept.sum()), int((kept & (want != got).any(dim=1)).sum()))
             for p in positions[same & ~mine].tolist():
                 foreign.setdefault(p, f"{source.rid!r}, whose prompt parts from this one at token {shared}")
         exempt = _exempt(loaded, loaded_id, group, first, ntokens)
