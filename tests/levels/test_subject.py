@@ -269,6 +269,6 @@ def test_model_digest_is_the_weights_identity_not_the_directory_name(tmp_path):
     choice = ConnectorChoice.parse("X", '{"id": "{model}/{model_digest}"}')
     ids = [choice.transfer_config({}, "/run/1", model=m)["kv_connector_extra_config"]["id"] for m in (a, b, moved)]
     assert ids[0].split("/")[0] == ids[1].split("/")[0] == "tiny" and ids[0] != ids[1]
-    assert ids[0].split("/")[1] == ids[2].split("/")[1]
+    assert ids[0].split("/")[1] == ids[2].split("/")[1] and len(ids[0].split("/")[1]) == 64  # SHA-256 hex
     with pytest.raises(ValueError, match="holds no weight file"):
         choice.transfer_config({}, "/run/1", model=tmp_path)

@@ -237,14 +237,16 @@ SECOND_LANE = {lane: tuple(name for name, role in ROLES.items() if role.lane == 
 # runnable for a connector that declares one-geometry (``EngineCell.one_geometry_refuses``).
 SECOND_GEOMETRY = {"engine_format_isolation": "an engine of the format twin's kv_cache_dtype over storage an engine "
                                               "of the cell's wrote",
-                   "engine_block_size": "an engine of twice the block size over storage an engine of the cell's wrote"}
+                   "engine_block_size": "an engine of twice the block size over storage an engine of the cell's wrote",
+                   "engine_multimodal_isolation": "an engine of the image model (another model's KV geometry) beside "
+                                                  "the cell's"}
 
 
 def second_geometry(role: str) -> bool:
     """Whether ``role``'s engine shows the connector another geometry than the cell's (another
-    kv_cache_dtype or block size), over storage an engine of the cell's geometry wrote."""
-    facts = ROLES[role]
-    return facts.connector and (facts.settings.twin_format or facts.settings.other_block_size)
+    kv_cache_dtype, block size or model), beside the engines of the cell's geometry."""
+    settings = ROLES[role].settings
+    return ROLES[role].connector and (settings.twin_format or settings.other_block_size or settings.model == "image")
 
 
 def connected(run: str) -> bool:

@@ -332,6 +332,7 @@ def test_engine_prompt_embeds(cell):
 @clause("engine_multimodal_isolation")
 def test_engine_multimodal_isolation(cell):
     cid = "engine_multimodal_isolation"
+    cell.one_geometry_refuses(cid)
     model = cell.models.image.name
     engine = _connector_run(cell, IMAGES, cid)
     hits = external_hits(engine.phase(1), OTHER_IMAGE)

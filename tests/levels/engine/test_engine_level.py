@@ -184,14 +184,16 @@ def test_a_connector_with_a_min_span_is_judged_on_prompts_past_it(run_suite, cap
 
 def test_a_one_geometry_connector_is_never_shown_a_second_geometry(run_suite):
     """The one-geometry twin (its daemon takes blocks of 32 tokens of auto; its key blind to
-    cache_salt), declared: the clauses about another block size or format are Not runnable saying
+    cache_salt), declared: the clauses about another block size, format or model are Not runnable saying
     so, and its salt bug is still caught."""
     run = run_suite("--kv-connector=conformance.zoo.connectors.one_geometry_salt_blind:OneGeometrySaltBlindConnector",
                     "--kv-cache-dtype=auto", "--kv-levels=engine", f"--kv-engine-python={ENGINE_PYTHON}",
                     "--kv-connector-capabilities=persistent,one-geometry",
-                    "-k", "engine_block_size or engine_format_isolation or engine_cache_salt", timeout=1800)
+                    "-k", "engine_block_size or engine_format_isolation or engine_cache_salt or engine_multimodal",
+                    timeout=1800)
     assert run.statuses() == {"engine_block_size": "Not runnable", "engine_format_isolation": "Not runnable",
-                              "engine_cache_salt": "Fail"}, run.output[-3000:]
+                              "engine_multimodal_isolation": "Not runnable", "engine_cache_salt": "Fail"}, \
+        run.output[-3000:]
     for test in run.results["tests"]:
         assert test["status"] != "Not runnable" or "declares one-geometry" in test["message"], test
     assert run.results["connector"]["geometry"] == {"block_size": 32, "kv_cache_dtype": "auto"}
