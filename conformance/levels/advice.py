@@ -26,8 +26,9 @@ def settle_advice(connector: ConnectorChoice) -> str:
     unless it declares one (then the suite waited it out)."""
     if connector.settle_s:
         return ""
-    return ("a connector whose saves become visible only some time after the step that made them declares "
-            "settle=SECONDS: every later pass then waits that long")
+    return ("a connector whose saves become visible only some time after the step that made them (or once its "
+            "scheduler heard of them from its workers) declares settle=SECONDS: every later pass then waits that long "
+            "and serves a request of its own first")
 
 
 def geometry_advice(connector: ConnectorChoice) -> str:

@@ -32,7 +32,8 @@ CONNECTOR_CAPABILITIES = {
     "settle": "what it stores becomes visible to lookups only some time after the step that saved it (a commit in "
               "the background, a quorum of workers, remote storage that is eventually consistent): 'settle=SECONDS' "
               "says how long; every later pass, and every engine that reads what another stored, asks only once "
-              "that long has passed since the saves were reported",
+              "that long has passed since the saves were reported, and (at the connector level) after a request of "
+              "its own, so a scheduler that hears of saves from its workers has heard them",
     "one-geometry": "it (or the daemon it talks to) takes KV of one geometry per process (slots sized once for one "
                     "block size and kv_cache_dtype): the connector level shows it only the engine level's block size "
                     "(--kv-block-size), the first kv_cache_dtype of --kv-cache-dtypes and the first layout, and the "

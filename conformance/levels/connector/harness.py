@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import torch
+
 from conformance.levels.connector.bench import Bench
 from conformance.levels.connector.pair import Pair
 from conformance.levels.connector.runs import Filler, PhantomHit, Phase, Run
@@ -101,6 +103,8 @@ class ConnectorHarness(Bench):
             for number, phase in enumerate(phases, 1):
                 if runs or not cold:  # it asks for what was stored: once the saves are visible (settle=SECONDS)
                     self.settle()
+                    if self.connector.settle_s and phase.fresh:
+                        self._traffic(pair, number)
                 run = pair.begin(phase, number)
                 note_asked(max((len(request[1]) for request in phase.requests), default=0))
                 while pair.step():
@@ -120,6 +124,18 @@ class ConnectorHarness(Bench):
             raise
         pair.close(quiet=False)
         return runs
+
+    def _traffic(self, pair: Pair, number: int) -> None:
+        """Before a pass that asks for what was stored, for a connector that declares a visibility
+        delay: one request of the pair's own, the traffic an engine serves meanwhile, so a connector
+        whose scheduler hears of saves from its workers (a step later, through vLLM's worker metadata)
+        has heard them, in a fresh pair too. Not judged."""
+        tokens = torch.randint(2, self.vocab_size, (2 * pair.block_size + 1,),
+                               generator=torch.Generator().manual_seed(time.monotonic_ns())).tolist()
+        pair.begin(Phase([(f"traffic-before-pass-{number}", tokens)], _zeros), number)
+        while pair.step():
+            pass
+        pair.end(keep=False)
 
     def settle(self) -> None:
         """Wait out the visibility delay the connector declares (settle=SECONDS) since the last pass
@@ -175,6 +191,11 @@ class ConnectorHarness(Bench):
         if not producer_gone:
             producer.close(quiet=False)
         return made, loaded
+
+
+def _zeros(raw: torch.Tensor, allocated: torch.dtype, model_dtype: str) -> None:
+    """The traffic request's fill: what it computes is never compared."""
+    raw.zero_()
 
 
 # Where a model's config.json keeps its vocabulary: at the top (a text model), or in the config of the

@@ -42,6 +42,28 @@ def test_its_tenant_leaking_twin_is_flagged_once_the_suite_waits(run_suite):
     assert "one tenant is served another's KV" in salt["message"], salt
 
 
+REPORTED = GOOD + "reported:ReportedConnector"
+
+
+@pytest.mark.parametrize("connector, capabilities, verdicts", [
+    (REPORTED, "persistent,settle=0.1", {"api_save_load_roundtrip": "Pass", "api_cache_salt": "Pass"}),
+    (REPORTED, "persistent", {"api_save_load_roundtrip": "Fail"}),
+    (ZOO + "reported_salt_blind:ReportedSaltBlindConnector", "persistent,settle=0.1",
+     {"api_save_load_roundtrip": "Pass", "api_cache_salt": "Fail"}),
+])
+def test_a_connector_whose_scheduler_hears_of_saves_from_its_workers_is_judged_after_traffic(
+        run_suite, connector, capabilities, verdicts):
+    """Its scheduler serves only what its workers reported (vLLM's worker metadata, a step late), so a
+    fresh pair finds nothing before it served a request. Declared settle, each pass that asks for
+    stored KV comes after a request of the pair's own: it passes, and its salt-blind twin is flagged;
+    undeclared, the fresh pair's miss is a Fail whose advice names the declaration."""
+    run = _suite(run_suite, connector, capabilities, "-k", " or ".join(c.removeprefix("api_") for c in verdicts))
+    assert run.statuses() == verdicts, run.output[-3000:]
+    if "settle" not in capabilities:
+        (test,) = run.results["tests"]
+        assert "declares settle=SECONDS" in test["message"] and "a request of its own" in test["message"], test
+
+
 def test_a_connector_that_declines_every_lookup_is_given_no_advice_its_declaration_contradicts(run_suite):
     """The noop connector stores and never claims: its Not exercised verdicts may say how to declare a
     min span or a visibility delay, but not once it declares them."""
