@@ -8,6 +8,11 @@ while the engines' round trips still pass on its memory tier. Nothing else is re
 uvicorn's own lines (``ERROR:    [Errno 98] ...``, a port taken before the bind, which the suite
 retries on new ports) and the tracebacks between lines are not LMCache's.
 
+Nor is a client's leaving: LMCache 0.5.6 may end a lookup session of a client whose context was
+just unregistered (``lookup.end_session`` raising "No attention-window descriptor registered"), a
+race of its own at each connector shutdown, which the suite's short-lived connector pairs meet far
+more often than an engine does; the loads are judged byte for byte all the same (``_CLIENT_LEFT``).
+
 A stop is not the server's serving: the suite stops it with SIGINT, uvicorn logs ``Shutting down``,
 and what follows (LMCache's ``Shutting down LMCache HTTP server...``, the ``CancelledError`` and
 ``KeyboardInterrupt`` tracebacks uvicorn's loop leaves at every stop, whatever breaks as its
@@ -24,6 +29,9 @@ _ANSI = re.compile(rb"\x1b\[[0-9;]*m")
 _ERROR = re.compile(rb"^\[[^\]]*\] LMCache (?:ERROR|CRITICAL):")
 _STOPPING = (b"INFO:     Shutting down", b"LMCache INFO: Shutting down LMCache HTTP server")
 _STARTING = b"LMCache INFO: Starting LMCache HTTP server on "
+_LINE = re.compile(rb"^\[[^\]]*\] LMCache ")  # any line of LMCache's: what follows an error line until it is its traceback
+# A traceback that holds all of one of these is a client's leaving, not the server's serving.
+_CLIENT_LEFT = ((b"in end_session", b"No attention-window descriptor registered"),)
 SHOWN_CHARS = 600  # of the line named: LMCache's lines name a file path (an fs tier's: 200 characters)
 
 
@@ -53,15 +61,22 @@ class ServedLog:
             return
         whole = data[:data.rfind(b"\n") + 1]  # a line still being written is read next time
         self._offset += len(whole)
-        for raw in whole.split(b"\n")[:-1]:
+        lines = [_ANSI.sub(b"", raw).strip() for raw in whole.split(b"\n")[:-1]]
+        for i, line in enumerate(lines):
             self._lines += 1
-            line = _ANSI.sub(b"", raw).strip()
             if _STARTING in line:
                 self._stopping = False
             elif any(mark in line for mark in _STOPPING):
                 self._stopping = True
-            elif not self._stopping and _ERROR.match(line):
+            elif not self._stopping and _ERROR.match(line) and not _client_left(lines[i + 1:]):
                 shown = line.decode(errors="replace")
                 shown = shown if len(shown) <= SHOWN_CHARS else shown[:SHOWN_CHARS] + " [...]"
                 self._error = f"{self.path}, line {self._lines}: {shown}"
                 return
+
+
+def _client_left(after: list[bytes]) -> bool:
+    """Whether the traceback after an error line (up to LMCache's next line; logged in the same write)
+    is a client's leaving (``_CLIENT_LEFT``)."""
+    traceback = b"\n".join(next((after[:n] for n, line in enumerate(after) if _LINE.match(line)), after))
+    return any(all(mark in traceback for mark in marks) for marks in _CLIENT_LEFT)

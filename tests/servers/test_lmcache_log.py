@@ -53,6 +53,28 @@ def test_a_correct_servers_log_holds_no_error_while_serving(tmp_path):
     assert ServedLog(tmp_path / "never-started.log").first_error() is None
 
 
+# LMCache 0.5.6 ending a lookup session of a client whose context was just unregistered (measured on
+# LMCacheMPConnector's pairs, here and with lifeboatcache's adapter): a client's leaving.
+LEFT = (lmcache("INFO", "Unregistered non-CUDA context for instance ID 755967776739455425")
+        + lmcache("ERROR", "Error in blocking handler", "mq.py:738:lmcache.v1.multiprocess.transport.zmq_impl.mq")
+        + "Traceback (most recent call last):\n"
+        + '  File "lmcache/v1/multiprocess/modules/lookup.py", line 492, in end_session\n'
+        + "    obj_keys = self._all_object_keys(session.lookup_ipc_key, chunk_hashes)\n"
+        + "ValueError: No attention-window descriptor registered for model '/models/qwen3-tiny' with world size 1\n")
+
+
+def test_a_clients_leaving_is_not_the_servers_serving(tmp_path):
+    """The session-end race at a client's unregistration is not counted; the same error line with
+    another traceback is, and so is an error after it."""
+    log = tmp_path / "lmcache-server.log"
+    log.write_text(SERVING + LEFT + lmcache("INFO", "Stored 64 tokens in 0.007 seconds"))
+    assert ServedLog(log).first_error() is None
+    log.write_text(SERVING + LEFT.replace("in end_session", "in lookup"))
+    assert "Error in blocking handler" in (ServedLog(log).first_error() or "")
+    log.write_text(SERVING + LEFT + STORE_FAILED)
+    assert "FSL2Adapter failed to store" in (ServedLog(log).first_error() or "")
+
+
 def test_an_error_while_serving_is_named_with_its_log_and_line(tmp_path):
     log = tmp_path / "lmcache-server.log"
     log.write_text(SERVING + STORE_FAILED + "Traceback (most recent call last):\nFileNotFoundError: [Errno 2]\n" + STOP)
