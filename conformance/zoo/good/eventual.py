@@ -10,9 +10,6 @@ from __future__ import annotations
 import os
 import time
 
-import torch
-from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import align_to_block_size
-
 from conformance.zoo.good.lifecycle import LifecycleConnector
 
 
@@ -25,7 +22,5 @@ class EventualConnector(LifecycleConnector):
 
     def _visible(self, request) -> bool:
         """Whether what a lookup of ``request`` would find was written long enough ago to be listed."""
-        prompt = self._prompt(request)
-        kept = align_to_block_size(len(prompt) - 1, self._block_size)
-        folder = self._generate_foldername_debug(torch.tensor(prompt)[:kept], self._tags(request), create_folder=False)
+        folder = self._lookup_folder(request)
         return not os.path.isdir(folder) or time.time() - os.path.getmtime(folder) >= self.VISIBLE_AFTER_S

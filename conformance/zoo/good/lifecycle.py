@@ -67,6 +67,13 @@ class LifecycleConnector(ExampleConnector):
     def _found_match_for_request(self, request) -> bool:
         return self._found_match_for_prompt(self._prompt(request), self._tags(request))
 
+    def _lookup_folder(self, request) -> str:
+        """The folder a lookup of ``request`` finds its KV in: ExampleConnector's, of the prompt less its
+        last token in whole blocks, keyed with the request's tags."""
+        prompt = self._prompt(request)
+        kept = self._whole_blocks(request) * self._block_size
+        return self._generate_foldername_debug(torch.tensor(prompt)[:kept], self._tags(request), create_folder=False)
+
     @staticmethod
     def _prompt(request) -> list[int]:
         """The prompt's token ids; a prompt of embeddings has none: vLLM's placeholders (zeros)."""

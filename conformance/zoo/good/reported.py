@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 
-import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorWorkerMetadata
-from vllm.distributed.kv_transfer.kv_connector.v1.example_connector import align_to_block_size
 
 from conformance.zoo.good.lifecycle import LifecycleConnector
 
@@ -57,7 +55,4 @@ class ReportedConnector(LifecycleConnector):
         return found if self._reported(request) else (0, False)
 
     def _reported(self, request) -> bool:
-        prompt = self._prompt(request)
-        kept = align_to_block_size(len(prompt) - 1, self._block_size)
-        folder = self._generate_foldername_debug(torch.tensor(prompt)[:kept], self._tags(request), create_folder=False)
-        return os.path.basename(folder) in self._heard
+        return os.path.basename(self._lookup_folder(request)) in self._heard
