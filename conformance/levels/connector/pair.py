@@ -46,9 +46,8 @@ def built_here() -> bool:
 
 
 class Pair:
-    """One engine's connector pair, without an engine: vLLM's config with the connector, caches
-    allocated as the model runner allocates them, the worker-side connector built and registered
-    first, then the scheduler with its own; stepped one model-runner step at a time."""
+    """One engine's connector pair, without an engine (the module's docstring): the worker-side
+    connector built and registered first, then the scheduler with its own."""
 
     built = 0  # pairs this process built: a connector that can be built here at all
 
