@@ -76,10 +76,11 @@ def _stored_then_asked_again(api: ConnectorHarness, cid: str, seed: int, context
 def _tenants_apart(api: ConnectorHarness, cid: str, phases: list[Phase], owners: Collection[str], *, stored: str,
                    others: str, harm: str, fix: str, context: str = "", near: Collection[str] = ()) -> list[Run]:
     """The lifetime's passes, after checking that of the later passes' requests only ``owners`` (the
-    first pass's tenants again, each with its own prompt; last in their pass, so that none of them is
-    served from vLLM's own prefix cache what an owner loaded in the same step) and ``near`` (near
-    misses, whose partial claims the caller judges) were claimed anything: what one tenant stored is
-    never served to another (``stored``, ``others``: who they are, in words)."""
+    first pass's tenants again, each with its own prompt) and ``near`` (near misses, whose partial
+    claims the caller judges) were claimed anything: what one tenant stored is never served to another
+    (``stored``, ``others``: who they are, in words). Each later pass starts with an owner of a prompt no
+    other request shares (it shows from the first step that what was stored can be found, and vLLM's
+    own prefix cache, which it fills, serves no other request from it) and ends with the rest."""
     with connector_faults_fail(cid, context):
         passes = scenario_lifetime(api, phases)
     for later in passes[1:]:
@@ -122,9 +123,9 @@ def test_cache_salt(connector_api):
     # to the shared pool on a miss would serve what other tenants' traffic stored.
     ps = unique_prompts(connector_api.vocab_size, _prompt(), _prompt(), seed=21)
     phases = [Phase([("tenant-a", ps.stored, "salt-a"), ("shared", ps.neighbour)], seeded_fill(21)),
-              Phase([("tenant-b", ps.stored, "salt-b"), ("unsalted", ps.stored),
+              Phase([("shared-again", ps.neighbour), ("tenant-b", ps.stored, "salt-b"), ("unsalted", ps.stored),
                      ("tenant-a-on-shared", ps.neighbour, "salt-a"), ("tenant-b-on-shared", ps.neighbour, "salt-b"),
-                     ("tenant-a-again", ps.stored, "salt-a"), ("shared-again", ps.neighbour)], seeded_fill(22))]
+                     ("tenant-a-again", ps.stored, "salt-a")], seeded_fill(22))]
     _tenants_apart(connector_api, "api_cache_salt", phases, {"tenant-a-again", "shared-again"},
                    stored="a request with cache_salt='salt-a' and a request without a salt",
                    others="requests of another salt or none",
@@ -142,9 +143,9 @@ def test_lora_isolation(connector_api):
     adapters = {"adapter-a": "adapter-a", "adapter-b": "adapter-b", "adapter-a-on-base": "adapter-a",
                 "adapter-b-on-base": "adapter-b", "adapter-a-again": "adapter-a", "adapter-a-v2": "adapter-a@v2"}
     phases = [Phase([("adapter-a", ps.stored), ("base", ps.neighbour)], seeded_fill(35), loras=adapters),
-              Phase([("adapter-b", ps.stored), ("base-model", ps.stored), ("adapter-a-on-base", ps.neighbour),
-                     ("adapter-b-on-base", ps.neighbour), ("adapter-a-v2", ps.stored), ("adapter-a-again", ps.stored),
-                     ("base-again", ps.neighbour)],
+              Phase([("base-again", ps.neighbour), ("adapter-b", ps.stored), ("base-model", ps.stored),
+                     ("adapter-a-on-base", ps.neighbour), ("adapter-b-on-base", ps.neighbour), ("adapter-a-v2", ps.stored),
+                     ("adapter-a-again", ps.stored)],
                     seeded_fill(36), loras=adapters)]
     _tenants_apart(connector_api, "api_lora_isolation", phases, {"adapter-a-again", "base-again"},
                    stored="a request of LoRA adapter 'adapter-a' and a request of the base model",
@@ -170,13 +171,16 @@ def test_prompt_embeds(connector_api):
     embeds = {"embeds-a": 41, "embeds-b": 42, "embeds-a-again": 41, "embeds-c": 43,
               **{rid: EmbedsTwin(41, row) for rid, row in twins.items()}}
     zeros = [0] * len(ps.stored)
-    phases = [Phase([("embeds-a", ps.stored)], seeded_fill(41), embeds=embeds),
-              Phase([("embeds-b", ps.stored), ("token-ids", zeros), *((rid, ps.stored) for rid in twins),
-                     ("embeds-a-again", ps.stored)], seeded_fill(42), embeds=embeds),
-              Phase([("embeds-c", ps.stored), ("token-ids-again", zeros)], seeded_fill(43), embeds=embeds)]
+    # A prompt of token ids no other shares ("plain") is each later pass's first owner.
+    phases = [Phase([("embeds-a", ps.stored), ("plain", ps.neighbour)], seeded_fill(41), embeds=embeds),
+              Phase([("plain-again", ps.neighbour), ("embeds-b", ps.stored), ("token-ids", zeros),
+                     *((rid, ps.stored) for rid in twins), ("embeds-a-again", ps.stored)], seeded_fill(42), embeds=embeds),
+              Phase([("plain-third", ps.neighbour), ("embeds-c", ps.stored), ("token-ids-again", zeros)], seeded_fill(43),
+                    embeds=embeds)]
     context = "with prompts given as embeddings (prompt_embeds, no token ids): "
     stored, again, _ = _tenants_apart(
-        connector_api, cid, phases, {"embeds-a-again", "token-ids-again"}, near=twins, context=context,
+        connector_api, cid, phases, {"plain-again", "embeds-a-again", "plain-third", "token-ids-again"}, near=twins,
+        context=context,
         stored="one prompt's embeddings, then for a prompt of token ids",
         others="a request of other embeddings, or of the token ids vLLM puts in their place",
         harm="keyed by token ids, every embeddings prompt of a length is one key",
@@ -205,8 +209,8 @@ def test_multimodal_isolation(connector_api):
              for name, identifier in (("image-a", "cat"), ("image-b", "dog"), ("image-a-on-text", "cat"),
                                       ("image-a-again", "cat"))}
     phases = [Phase([("image-a", ps.stored), ("text", ps.neighbour)], seeded_fill(45), images=image),
-              Phase([("image-b", ps.stored), ("text-only", ps.stored), ("image-a-on-text", ps.neighbour),
-                     ("image-a-again", ps.stored), ("text-again", ps.neighbour)], seeded_fill(46), images=image)]
+              Phase([("text-again", ps.neighbour), ("image-b", ps.stored), ("text-only", ps.stored),
+                     ("image-a-on-text", ps.neighbour), ("image-a-again", ps.stored)], seeded_fill(46), images=image)]
     context = f"with an image behind {2 * scenario_block()} placeholder tokens from token {UNIQUE_PREFIX}: "
     stored, again = _tenants_apart(
         connector_api, cid, phases, {"image-a-again", "text-again"}, context=context,
