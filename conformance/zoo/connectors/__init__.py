@@ -100,9 +100,11 @@ ZOO: dict[str, ZooConnector] = {m.target: m for m in (
     # Correct, but reads vLLM's current config where vLLM's worker has one set: flagged only for
     # what it inherits, or the harness is not running hooks in vLLM's context.
     ZooConnector(GOOD + "config_reading:ConfigReadingConnector", inherits=EXAMPLE),
-    # Loads only the first request of each step: right one request at a time, wrong in a batch.
+    # Loads only the first request of each step: right one request at a time, wrong in a batch (the
+    # image clause's later pass loads the text owner first, then the image owner's blocks stay unloaded).
     ZooConnector(BAD + "first_load_only:FirstLoadOnlyConnector",
-                 frozenset({"api_concurrent_loads", "api_reuse_distance"}), inherits=EXAMPLE),
+                 frozenset({"api_concurrent_loads", "api_reuse_distance", "api_multimodal_isolation"}),
+                 inherits=EXAMPLE),
     # A cache inside its engine: the cross-engine clauses are Disabled, never a false Fail.
     ZooConnector(GOOD + "in_engine:InEngineConnector", persistent=False),
     # Remembers the slots instead of copying the KV: wrong once freed blocks are overwritten, in every
